@@ -1,0 +1,1 @@
+"""Answering: sources, prompt, generation, citations."""

@@ -1,0 +1,37 @@
+"""Extractive answers: the cited chunks' most relevant sentences, each marked [n]. No LLM."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from citerag.embed import Encoder
+from citerag.types import Citation
+
+_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)", re.M)
+_SPACE = re.compile(r"\s+")
+
+
+def sentences(text: str) -> list[str]:
+    out = [_SPACE.sub(" ", m.group()).strip() for m in _SENTENCE.finditer(text)]
+    return [s for s in out if len(s) >= 12 and re.search(r"[A-Za-z]", s)]
+
+
+class ExtractiveGenerator:
+    name = "extractive"
+
+    def __init__(self, encoder: Encoder, max_sentences: int = 3) -> None:
+        self.encoder = encoder
+        self.max_sentences = max_sentences
+
+    def generate(self, question: str, sources: list[Citation], prompt: str) -> str:
+        candidates = [(c.index, pos, s) for c in sources for pos, s in enumerate(sentences(c.quote))]
+        if not candidates:
+            return "The sources found do not contain a sentence that answers this. " + \
+                " ".join(f"[{c.index}]" for c in sources)
+        vectors = self.encoder.encode([question] + [s for _, _, s in candidates])
+        scores = vectors[1:] @ vectors[0]
+        best = sorted(np.argsort(-scores)[: self.max_sentences],
+                      key=lambda i: (candidates[i][0], candidates[i][1]))
+        return " ".join(f"{candidates[i][2]} [{candidates[i][0]}]" for i in best)

@@ -1,0 +1,53 @@
+"""Cut on paragraph boundaries, falling back to sentences inside an over-long paragraph.
+
+This is the published reference rule (reference/chunk.ts), written out in Python because it is the
+core of citerag's chunk-for-chunk conformance: merge whole paragraphs while the run stays within
+`target` characters; a paragraph longer than `target` is cut into runs of whole sentences.
+Offsets are found in the text, never accumulated from lengths.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from citerag.text import JS_WS_CLASS, trimmed_range
+
+_PARAGRAPH = re.compile(r"[^\n](?:[^\n]|\n(?!\n))*")
+_SENTENCE = re.compile(rf"[^.!?]*[.!?]*{JS_WS_CLASS}*")
+
+
+def boundary_ranges(text: str, start: int, end: int, target: int) -> Iterator[tuple[int, int]]:
+    """Trimmed, non-blank (start, end) ranges of `text` covering the non-blank text of [start, end)."""
+    body = text[start:end]
+
+    def emit(a: int, b: int) -> Iterator[tuple[int, int]]:
+        r = trimmed_range(text, start + a, start + b)
+        if r:
+            yield r
+
+    open_: tuple[int, int] | None = None
+    for m in _PARAGRAPH.finditer(body):
+        pf, pt = m.start(), m.end()
+        if pt - pf > target:  # one huge paragraph: whole sentences
+            if open_:
+                yield from emit(*open_)
+                open_ = None
+            cur: tuple[int, int] | None = None
+            for sm in _SENTENCE.finditer(body, pf, pt):
+                if not sm.group():
+                    continue
+                sf, st = sm.start(), sm.end()
+                if cur and st - cur[0] > target:
+                    yield from emit(*cur)
+                    cur = None
+                cur = (cur[0], st) if cur else (sf, st)
+            if cur:
+                yield from emit(*cur)
+            continue
+        if open_ and pt - open_[0] > target:
+            yield from emit(*open_)
+            open_ = None
+        open_ = (open_[0], pt) if open_ else (pf, pt)
+    if open_:
+        yield from emit(*open_)

@@ -1,0 +1,80 @@
+"""Strategies A-F, named exactly as measured: a cutting rule, a contextual header, an overlap.
+
+| id | cuts                 | header | overlap |
+| A  | blind, every target  | no     | no      |
+| B  | blind, every target  | no     | yes     |
+| C  | boundaries           | no     | no      |
+| D  | boundaries           | no     | yes     |
+| E  | boundaries           | yes    | no      |
+| F  | boundaries           | yes    | yes     |
+
+The header `[Title > Section]` and the overlap (the characters just before a chunk, never across a
+section body's start) go into `text`, which is embedded; `content` stays the chunk's own words.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from citerag.chunk.blind import blind_ranges
+from citerag.chunk.boundaries import boundary_ranges
+from citerag.errors import CiteragError
+from citerag.text import js_trim
+from citerag.types import Chunk, Extracted, Section
+
+Cutter = Callable[[str, int, int, int], Iterator[tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    id: str
+    cutter: Cutter
+    blind: bool
+    header: bool
+    overlap: bool
+
+
+STRATEGIES = {
+    "A": Strategy("A", blind_ranges, blind=True, header=False, overlap=False),
+    "B": Strategy("B", blind_ranges, blind=True, header=False, overlap=True),
+    "C": Strategy("C", boundary_ranges, blind=False, header=False, overlap=False),
+    "D": Strategy("D", boundary_ranges, blind=False, header=False, overlap=True),
+    "E": Strategy("E", boundary_ranges, blind=False, header=True, overlap=False),
+    "F": Strategy("F", boundary_ranges, blind=False, header=True, overlap=True),
+}
+
+
+def strategy_params(strategy: str, target: int, overlap: int) -> dict[str, int]:
+    """The parameters that change a strategy's output: what the document stamp records."""
+    return {"target": target, "overlap": overlap if STRATEGIES[strategy].overlap else 0}
+
+
+def header_for(title: str, section: str) -> str:
+    return f"{title} > {section}" if section else title
+
+
+def chunk_extracted(ext: Extracted, strategy: str = "E", target: int = 512, overlap: int = 64) -> list[Chunk]:
+    try:
+        rule = STRATEGIES[strategy]
+    except KeyError:
+        raise CiteragError(f"unknown strategy {strategy!r}: choose one of A, B, C, D, E, F") from None
+    text = ext.text
+    # Blind cuts see the whole text as one span; the others cut each section's body.
+    spans: list[tuple[Section, int]] = (
+        [(Section("", 0, 0, len(text)), 0)] if rule.blind else [(s, s.body_start) for s in ext.sections])
+    starts = [s.start for s in ext.sections]
+    chunks = []
+    for span, lo in spans:
+        for a, b in rule.cutter(text, lo, span.end, target):
+            section = (ext.sections[bisect.bisect_right(starts, a) - 1].title
+                       if rule.blind and ext.sections else span.title)
+            content = text[a:b]
+            lead = ""
+            if rule.overlap and overlap > 0:
+                lead = js_trim(text[max(lo, a - overlap):a])
+            header = f"[{header_for(ext.title, section)}]\n" if rule.header else ""
+            body = f"{lead} {content}" if lead else content
+            chunks.append(Chunk(header + body, content, section, a, b, header))
+    return chunks

@@ -1,0 +1,258 @@
+"""The `citerag` command line. Errors reach the user as one line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from citerag.config import Config, index_dir_from, load_config
+from citerag.errors import CiteragError
+from citerag.ingest import Indexer, IngestReport, is_stale
+from citerag.store import Store, open_store
+
+index_option = click.option("--index", "index", metavar="DIR", default=None,
+                            help="Index directory (default ./.citerag, or $CITERAG_HOME).")
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def _progress(label: str) -> Any:
+    def wrap(items: Iterable[Path]) -> Iterable[Path]:
+        if not sys.stderr.isatty():
+            return items
+        from tqdm import tqdm
+
+        return tqdm(list(items), desc=label, unit="doc", file=sys.stderr)
+
+    return wrap
+
+
+def _open(index: str | None, create: bool = False, **overrides: Any) -> tuple[Config, Store]:
+    index_dir = index_dir_from(index)
+    store = open_store(index_dir, create=create)
+    return load_config(index_dir, **overrides), store
+
+
+def _indexer(cfg: Config, store: Store) -> Indexer:
+    from citerag.embed import load_encoder
+
+    return Indexer(store, cfg, lambda: load_encoder(cfg.embedding_model))
+
+
+def _print_report(report: IngestReport, as_json: bool) -> None:
+    if as_json:
+        _emit_json(report.as_json())
+        return
+    click.echo(f"indexed {len(report.indexed)}, unchanged {report.unchanged}, failed {len(report.failed)}, "
+               f"removed {len(report.removed)}")
+    if report.chunks:
+        share = report.header_tokens / report.embedded_tokens if report.embedded_tokens else 0.0
+        click.echo(f"{report.chunks} chunks; {report.over_window} over the encoder's word-piece window; "
+                   f"header tokens {report.header_tokens} of {report.embedded_tokens} embedded ({share:.1%})")
+    for path, reason in report.failed:
+        click.echo(f"failed: {path}: {reason}")
+
+
+def _retriever(cfg: Config, store: Store) -> Any:
+    from citerag.embed import load_encoder
+    from citerag.search import Retriever
+
+    if not any(d.status == "indexed" for d in store.documents()):
+        raise CiteragError(f"the index at {cfg.index_dir} has no indexed documents: run `citerag ingest PATH` first")
+    snapshot = store.snapshot(cfg.embedding_model)
+    if not snapshot.chunks:
+        raise CiteragError(f"no documents in {cfg.index_dir} were indexed with {cfg.embedding_model}: "
+                           "run `citerag reindex --stale`")
+    if snapshot.excluded_documents:
+        click.echo(f"warning: {snapshot.excluded_documents} document(s) indexed with another embedding model "
+                   "are not searched; run `citerag reindex --stale`", err=True)
+    return Retriever(snapshot, load_encoder(cfg.embedding_model), rrf_k=cfg.rrf_k)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="citerag")
+def cli() -> None:
+    """Answers over your own documents, every claim cited to an exact character range."""
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@index_option
+@click.option("--strategy", type=click.Choice(list("ABCDEF")), default=None, help="Chunking strategy (default E).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def ingest(paths: tuple[Path, ...], index: str | None, strategy: str | None, as_json: bool) -> None:
+    """Index files and folders; re-running touches only what changed and drops what is gone."""
+    cfg, store = _open(index, create=True, strategy=strategy)
+    report = _indexer(cfg, store).ingest(paths, progress=_progress("ingest"))
+    _print_report(report, as_json)
+
+
+@cli.command()
+@index_option
+@click.option("--json", "as_json", is_flag=True)
+def retry(index: str | None, as_json: bool) -> None:
+    """Index again every document that failed (or was left pending)."""
+    cfg, store = _open(index)
+    _print_report(_indexer(cfg, store).retry_failed(progress=_progress("retry")), as_json)
+
+
+@cli.command()
+@index_option
+@click.option("--stale", is_flag=True, required=True, help="Rebuild documents whose stamps differ from the "
+              "current configuration.")
+@click.option("--json", "as_json", is_flag=True)
+def reindex(index: str | None, stale: bool, as_json: bool) -> None:
+    """Rebuild exactly the documents whose stamps no longer match the configuration."""
+    cfg, store = _open(index)
+    _print_report(_indexer(cfg, store).reindex_stale(progress=_progress("reindex")), as_json)
+
+
+@cli.command()
+@click.argument("question")
+@index_option
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--show-prompt", is_flag=True, help="Also print the prompt a generator would see.")
+@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default=None)
+@click.option("--threshold", type=float, default=None, help="Cosine-distance cut of the gate.")
+def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode: str | None,
+        threshold: float | None) -> None:
+    """Answer from the indexed documents with [n] citations, or NO ANSWER."""
+    from citerag.answer.generators import ExtractiveGenerator
+    from citerag.answer.pipeline import answer_question
+
+    if not question.strip():
+        raise CiteragError("the question is empty")
+    cfg, store = _open(index, mode=mode, threshold=threshold)
+    retriever = _retriever(cfg, store)
+    result = answer_question(question, retriever, ExtractiveGenerator(retriever.encoder), store.canonical_text,
+                             threshold=cfg.threshold, max_sources=cfg.max_sources, mode=cfg.mode, k=cfg.k)
+    if as_json:
+        data = result.as_json()
+        if show_prompt:
+            data["prompt"] = result.prompt
+        _emit_json(data)
+        return
+    if show_prompt and result.prompt:
+        click.echo(result.prompt + "\n" + "-" * 72)
+    click.echo(result.answer)
+    if result.citations:
+        click.echo("\nSources:")
+        for c in result.citations:
+            click.echo(f"[{c.index}] {c.document_name} > {c.locator_label}  "
+                       f"{c.source_path}{c.fragment}  (distance {c.cosine_distance:.3f})")
+
+
+@cli.command()
+@click.argument("query")
+@index_option
+@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default=None)
+@click.option("--k", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def search(query: str, index: str | None, mode: str | None, k: int, as_json: bool) -> None:
+    """Ranked chunks for a query, with the citation fields, rank, score and cosine distance."""
+    from citerag.answer.citations import cite
+
+    if not query.strip():
+        raise CiteragError("the query is empty")
+    cfg, store = _open(index, mode=mode)
+    hits = _retriever(cfg, store).search(query, mode=cfg.mode, k=k)
+    rows = []
+    for hit, citation in zip(hits, cite(hits, store.canonical_text), strict=True):
+        rows.append({"rank": hit.rank, "score": hit.score, **citation.as_json()})
+    if as_json:
+        _emit_json(rows)
+        return
+    for row in rows:
+        snippet = " ".join(row["quote"].split())[:100]
+        click.echo(f"{row['rank']:>3}  {row['score']:8.4f}  d={row['cosine_distance']:.3f}  "
+                   f"{row['document_name']} > {row['locator_label']} {row['fragment']}\n     {snippet}")
+
+
+@cli.command()
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--strategy", type=click.Choice(list("ABCDEF")), default="E", show_default=True)
+@click.option("--title", default=None, help="Document title for the header (default: file name without extension).")
+@click.option("--target", type=click.IntRange(16, 100000), default=512, show_default=True)
+@click.option("--overlap", type=click.IntRange(0, 10000), default=64, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def chunk(file: Path, strategy: str, title: str | None, target: int, overlap: int, as_json: bool) -> None:
+    """Show how one file is cut: [{text, content, section, start, end}]."""
+    from citerag.chunk import chunk_extracted
+    from citerag.extract import extractor_for
+
+    extractor = extractor_for(file)
+    if extractor is None:
+        raise CiteragError(f"unsupported format: {file}")
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise CiteragError(f"cannot read {file}: {exc.strerror}") from exc
+    chunks = chunk_extracted(extractor.extract(data, file, title=title or file.stem), strategy, target, overlap)
+    if as_json:
+        _emit_json([c.as_json() for c in chunks])
+        return
+    for c in chunks:
+        click.echo(f"{c.start:>7}-{c.end:<7} [{c.section}] {' '.join(c.content.split())[:90]}")
+
+
+@cli.command()
+@index_option
+@click.option("--json", "as_json", is_flag=True)
+def status(index: str | None, as_json: bool) -> None:
+    """Every document: status, error, chunk count, stamps, and whether it is stale."""
+    cfg, store = _open(index)
+    indexer = _indexer(cfg, store)
+    docs = store.documents()
+    rows: list[dict[str, Any]] = [
+        {"id": d.id, "source_path": d.source_path, "name": d.name, "title": d.title, "status": d.status,
+             "error": d.error, "warnings": d.warnings, "chunk_count": d.chunk_count, "stamps": d.stamps,
+             "stale": is_stale(d, indexer.stamps_for(Path(d.source_path))), "updated_at": d.updated_at}
+            for d in docs]
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("indexed", "failed", "pending")}
+    counts["stale"] = sum(bool(r["stale"]) for r in rows)
+    if as_json:
+        _emit_json({"index": str(cfg.index_dir), "counts": counts, "documents": rows})
+        return
+    click.echo(f"{cfg.index_dir}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    for r in rows:
+        flag = " (stale)" if r["stale"] else ""
+        click.echo(f"{r['status']:<8} {r['chunk_count']:>5}  {r['source_path']}{flag}")
+        if r["error"]:
+            click.echo(f"         reason: {r['error']}")
+        for w in r["warnings"]:
+            click.echo(f"         warning: {w}")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except CiteragError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # the last resort: still one line, unless asked for the traceback
+        if os.environ.get("CITERAG_DEBUG"):
+            raise
+        click.echo(f"error: internal error ({type(exc).__name__}: {exc}); set CITERAG_DEBUG=1 for details",
+                   err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

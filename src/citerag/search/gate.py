@@ -1,0 +1,13 @@
+"""The distance gate: what may reach a generator at all."""
+
+from __future__ import annotations
+
+from citerag.types import Hit
+
+
+def gate(hits: list[Hit], threshold: float, max_sources: int = 4) -> list[Hit]:
+    """At most `max_sources` hits, in rank order, whose cosine distance is under `threshold`.
+
+    Empty means NO ANSWER: the caller must not call a model.
+    """
+    return [h for h in hits if h.cosine_distance < threshold][:max_sources]

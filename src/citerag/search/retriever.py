@@ -1,0 +1,64 @@
+"""Dense, BM25 and hybrid (RRF) retrieval over one store snapshot."""
+
+from __future__ import annotations
+
+from functools import cached_property, lru_cache
+
+import numpy as np
+
+from citerag.embed import Encoder
+from citerag.search.bm25 import BM25
+from citerag.search.fuse import rrf
+from citerag.store import Snapshot
+from citerag.types import Hit
+
+MODES = ("dense", "bm25", "hybrid")
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k best scores, best first; ties by index so results are reproducible."""
+    k = min(k, len(scores))
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-scores, k - 1)[:k]
+    return part[np.lexsort((part, -scores[part]))]
+
+
+class Retriever:
+    def __init__(self, snapshot: Snapshot, encoder: Encoder, rrf_k: int = 60, fusion_depth: int = 100) -> None:
+        self.snapshot = snapshot
+        self.encoder = encoder
+        self.rrf_k = rrf_k
+        self.fusion_depth = fusion_depth
+        self._embed = lru_cache(maxsize=1024)(self._embed_uncached)
+
+    @cached_property
+    def bm25(self) -> BM25:
+        return BM25([c.text for c in self.snapshot.chunks])
+
+    def _embed_uncached(self, query: str) -> np.ndarray:
+        return self.encoder.encode([query])[0]
+
+    def search(self, query: str, mode: str = "hybrid", k: int = 20) -> list[Hit]:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        if not self.snapshot.chunks:
+            return []
+        q = self._embed(query)
+        cosine = self.snapshot.vectors @ q
+        if mode == "dense":
+            ranked = [(int(i), float(cosine[i])) for i in top_k(cosine, k)]
+        elif mode == "bm25":
+            lexical = self.bm25.scores(query)
+            ranked = [(int(i), float(lexical[i])) for i in top_k(lexical, k) if lexical[i] > 0]
+        else:
+            dense = [int(i) for i in top_k(cosine, self.fusion_depth)]
+            lexical = self.bm25.scores(query)
+            bm = [int(i) for i in top_k(lexical, self.fusion_depth) if lexical[i] > 0]
+            ranked = rrf([dense, bm], k=self.rrf_k)[:k]
+        # Every hit, BM25-only ones included, gets its cosine distance from the stored vectors,
+        # so the gate treats all hits alike.
+        chunks, documents = self.snapshot.chunks, self.snapshot.documents
+        return [Hit(chunk=chunks[i], document=documents[chunks[i].document_id], rank=r + 1, score=s,
+                    cosine_distance=float(1.0 - cosine[i]))
+                for r, (i, s) in enumerate(ranked)]

@@ -1,0 +1,119 @@
+"""Plain data passed between pipeline stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Section:
+    """A span of canonical text under one heading.
+
+    `start` is where the span begins (the heading line itself, if any); `body_start` is where the
+    section's own text begins, after the heading line. Chunkers cut [body_start, end).
+    """
+
+    title: str
+    start: int
+    body_start: int
+    end: int
+
+
+@dataclass
+class Extracted:
+    """What an extractor hands to the chunker: format-blind from here on."""
+
+    text: str
+    title: str
+    sections: list[Section]
+    extractor: str
+    extractor_version: str
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """`text` is embedded (header, overlap, content); `content` is the only thing ever quoted."""
+
+    text: str
+    content: str
+    section: str
+    start: int
+    end: int
+    header: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"text": self.text, "content": self.content, "section": self.section,
+                "start": self.start, "end": self.end}
+
+
+@dataclass
+class Document:
+    id: int
+    source_path: str
+    name: str
+    title: str
+    sha256: str
+    status: str  # pending | indexed | failed
+    error: str | None
+    warnings: list[str]
+    chunk_count: int
+    stamps: dict[str, Any]
+    updated_at: str
+
+
+@dataclass
+class StoredChunk:
+    id: int
+    document_id: int
+    ordinal: int
+    text: str
+    content: str
+    section: str
+    start: int
+    end: int
+
+
+@dataclass
+class Hit:
+    chunk: StoredChunk
+    document: Document
+    rank: int
+    score: float
+    cosine_distance: float
+
+
+@dataclass
+class Citation:
+    index: int
+    document_id: int
+    document_name: str
+    source_path: str
+    locator_label: str
+    fragment: str
+    start: int
+    end: int
+    quote: str
+    cosine_distance: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "document_id": self.document_id, "document_name": self.document_name,
+            "source_path": self.source_path, "locator_label": self.locator_label,
+            "fragment": self.fragment, "start": self.start, "end": self.end, "quote": self.quote,
+            "cosine_distance": round(self.cosine_distance, 6),
+        }
+
+
+@dataclass
+class Answer:
+    question: str
+    refused: bool
+    answer: str
+    citations: list[Citation]
+    prompt: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"question": self.question, "refused": self.refused, "answer": self.answer,
+                "citations": [c.as_json() for c in self.citations]}
