@@ -133,10 +133,14 @@ class HtmlExtractor:
             raise ExtractionError("empty file: no text to index")
         if b"\x00" in data[:65536]:
             raise ExtractionError("binary data, not HTML (NUL bytes)")
+        parser = lxml.html.HTMLParser(huge_tree=True)
         try:
-            root = lxml.html.document_fromstring(data)
+            root = lxml.html.document_fromstring(data, parser=parser)
         except (lxml.etree.ParserError, ValueError) as exc:
             raise ExtractionError(f"not parseable as HTML: {exc}") from exc
+        if any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log):
+            # libxml2 silently drops everything past its depth limit; refuse rather than lose text.
+            raise ExtractionError("HTML nested too deeply (over 2048 levels): refused rather than truncated")
         head_title = root.find(".//title")
         body = root.find("body")
         out = _Blocks()

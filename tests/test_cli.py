@@ -1,0 +1,148 @@
+"""The command line as a user meets it: JSON shapes, and one-line errors with a non-zero exit."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from citerag.cli import main
+from conftest import DATA, DEV_SET, FIXTURES
+
+CITATION_KEYS = {"index", "document_id", "document_name", "source_path", "locator_label", "fragment", "start", "end",
+                 "quote", "cosine_distance"}
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["citerag", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(result: tuple[int, str, str], pattern: str) -> None:
+    code, _, err = result
+    assert code != 0
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and pattern in lines[0], err
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("docs")
+    for name in ("ch08.en.html", "apa.en.html"):
+        shutil.copy(DEV_SET / "corpus" / name, folder / name)
+    (folder / "broken.md").write_bytes(b"\x00\x01\x02 binary")
+    ix = tmp_path_factory.mktemp("ix")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sys, "argv", ["citerag", "ingest", str(folder), "--index", str(ix)])
+    main()
+    mp.undo()
+    return ix
+
+
+def test_ask_json_shape(index: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(["ask", "How do I make a locale available to the system?", "--index", str(index), "--json"],
+                       capsys, monkeypatch)
+    data = json.loads(out)
+    assert code == 0 and set(data) == {"question", "refused", "answer", "citations"}
+    assert data["refused"] is False and data["citations"]
+    for c in data["citations"]:
+        assert set(c) == CITATION_KEYS and c["fragment"] == f"#char={c['start']},{c['end']}"
+
+
+def test_ask_refusal_text(index: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    q = "Which wine goes best with grilled salmon?"
+    code, out, _ = run(["ask", q, "--index", str(index), "--json"], capsys, monkeypatch)
+    data = json.loads(out)
+    assert code == 0 and data["refused"] is True and data["citations"] == []
+    assert data["answer"] == f'NO ANSWER: nothing under cosine distance 0.675 for "{q}"'
+    code, out, _ = run(["ask", q, "--index", str(index)], capsys, monkeypatch)
+    assert out.strip() == data["answer"]
+
+
+def test_ask_show_prompt(index: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(["ask", "What is the document revision history?", "--index", str(index), "--show-prompt"],
+                       capsys, monkeypatch)
+    assert code == 0 and "Cite every claim as [n]" in out and "If the sources do not contain the answer" in out
+    assert "Sources:" in out and "#char=" in out
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+def test_search_json_shape(index: Path, capsys, monkeypatch, mode: str) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(["search", "locale generation", "--index", str(index), "--mode", mode, "--k", "5", "--json"],
+                       capsys, monkeypatch)
+    rows = json.loads(out)
+    assert code == 0 and 0 < len(rows) <= 5
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    for r in rows:
+        assert set(r) == CITATION_KEYS | {"rank", "score"}
+
+
+def test_status_shows_indexed_and_failed(index: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(["status", "--index", str(index), "--json"], capsys, monkeypatch)
+    data = json.loads(out)
+    assert code == 0 and data["counts"]["indexed"] == 2 and data["counts"]["failed"] == 1
+    failed = next(d for d in data["documents"] if d["status"] == "failed")
+    assert failed["name"] == "broken.md" and "binary data" in failed["error"]
+    for d in data["documents"]:
+        assert {"status", "error", "chunk_count", "stamps", "stale"} <= set(d)
+    code, out, _ = run(["status", "--index", str(index)], capsys, monkeypatch)
+    assert "reason: binary data" in out
+
+
+def test_chunk_json_matches_reference(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    path = DATA / "markdown" / "debian-reference" / "ch03.md"
+    code, out, _ = run(["chunk", str(path), "--strategy", "E", "--json"], capsys, monkeypatch)
+    chunks = json.loads(out)
+    reference = json.loads(gzip.open(FIXTURES / "chunk_e.json.gz", "rt").read())["chunks"]["ch03.md"]
+    assert code == 0 and chunks[-len(reference):] == reference
+    assert all(set(c) == {"text", "content", "section", "start", "end"} for c in chunks)
+    code, out, _ = run(["chunk", str(path), "--strategy", "A", "--title", "Boot", "--target", "300", "--json"],
+                       capsys, monkeypatch)
+    assert all(len(c["content"]) <= 300 for c in json.loads(out))
+
+
+def test_errors_are_one_line(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(run(["ingest", str(tmp_path / "nope"), "--index", str(tmp_path / "ix")],
+                              capsys, monkeypatch), "no such file or directory")
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(run(["ingest", str(tmp_path / "empty"), "--index", str(tmp_path / "ix")],
+                              capsys, monkeypatch), "no documents under")
+    assert_one_line_error(run(["ask", "anything?", "--index", str(tmp_path / "none")], capsys, monkeypatch),
+                          "no index at")
+    # An index that exists but holds nothing searchable.
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "empty.md").write_text("")
+    assert run(["ingest", str(tmp_path / "bad"), "--index", str(tmp_path / "ix2")], capsys, monkeypatch)[0] == 0
+    assert_one_line_error(run(["ask", "anything?", "--index", str(tmp_path / "ix2")], capsys, monkeypatch),
+                          "has no indexed documents")
+    (tmp_path / "afile").write_text("x")
+    assert_one_line_error(run(["status", "--index", str(tmp_path / "afile")], capsys, monkeypatch),
+                          "is not a directory")
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "index.sqlite3").write_bytes(b"garbage" * 1000)
+    assert_one_line_error(run(["search", "x", "--index", str(tmp_path / "corrupt")], capsys, monkeypatch),
+                          "cannot open index")
+    (tmp_path / "corrupt2").mkdir()
+    (tmp_path / "corrupt2" / "config.toml").write_text("strategy = [unclosed")
+    assert_one_line_error(run(["ingest", str(tmp_path / "bad"), "--index", str(tmp_path / "corrupt2")],
+                              capsys, monkeypatch), "cannot read")
+    assert_one_line_error(run(["ask", "   ", "--index", str(tmp_path / "ix2")], capsys, monkeypatch),
+                          "question is empty")
+
+
+def test_installed_command_runs() -> None:
+    exe = shutil.which("citerag") or str(Path(sys.executable).parent / "citerag")
+    done = subprocess.run([exe, "ingest", "/nonexistent/path"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip() == "error: no such file or directory: /nonexistent/path"
