@@ -3,8 +3,6 @@ scripts/make_reference_fixtures.py), except for the leading text the reference d
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +10,9 @@ import pytest
 
 from citerag.chunk import chunk_extracted
 from citerag.extract.markdown import MarkdownExtractor
-from conftest import FIXTURES, MARKDOWN_FILES
+from conftest import MARKDOWN_FILES, reference_chunks
 
-REFERENCE = json.loads(gzip.open(FIXTURES / "chunk_e.json.gz", "rt", encoding="utf-8").read())["chunks"]
+REFERENCE = reference_chunks()
 
 
 def _chunks(path: Path) -> tuple[list[dict[str, Any]], int | None, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 import subprocess
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from citerag.cli import main
-from conftest import DATA, DEV_SET, FIXTURES
+from conftest import DATA, DEV_SET, reference_chunks
 
 CITATION_KEYS = {"index", "document_id", "document_name", "source_path", "locator_label", "fragment", "start", "end",
                  "quote", "cosine_distance"}
@@ -105,7 +104,7 @@ def test_chunk_json_matches_reference(capsys, monkeypatch) -> None:  # type: ign
     path = DATA / "markdown" / "debian-reference" / "ch03.md"
     code, out, _ = run(["chunk", str(path), "--strategy", "E", "--json"], capsys, monkeypatch)
     chunks = json.loads(out)
-    reference = json.loads(gzip.open(FIXTURES / "chunk_e.json.gz", "rt").read())["chunks"]["ch03.md"]
+    reference = reference_chunks()["ch03.md"]
     assert code == 0 and chunks[-len(reference):] == reference
     assert all(set(c) == {"text", "content", "section", "start", "end"} for c in chunks)
     code, out, _ = run(["chunk", str(path), "--strategy", "A", "--title", "Boot", "--target", "300", "--json"],
