@@ -15,7 +15,8 @@ _SPACE = re.compile(r"\s+")
 
 def sentences(text: str) -> list[str]:
     out = [_SPACE.sub(" ", m.group()).strip() for m in _SENTENCE.finditer(text)]
-    return [s for s in out if len(s) >= 12 and re.search(r"[A-Za-z]", s)]
+    # Fragments ("See systemd.", table cells) answer nothing: keep sentences of four words or more.
+    return [s for s in out if len(s.split()) >= 4 and re.search(r"[A-Za-z]", s)]
 
 
 class ExtractiveGenerator:
