@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from citerag.search.bm25 import BM25, tokenize
-from conftest import FIXTURES
+from corpus_paths import FIXTURES
 
 FIXTURE = json.loads((FIXTURES / "bm25.json").read_text(encoding="utf-8"))
 

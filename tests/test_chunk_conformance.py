@@ -10,7 +10,7 @@ import pytest
 
 from citerag.chunk import chunk_extracted
 from citerag.extract.markdown import MarkdownExtractor
-from conftest import MARKDOWN_FILES, reference_chunks
+from corpus_paths import MARKDOWN_FILES, reference_chunks
 
 REFERENCE = reference_chunks()
 

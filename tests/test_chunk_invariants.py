@@ -7,7 +7,7 @@ import pytest
 from citerag.chunk import STRATEGIES, chunk_extracted
 from citerag.extract import extractor_for
 from citerag.types import Extracted
-from conftest import HTML_FILES, MARKDOWN_FILES
+from corpus_paths import HTML_FILES, MARKDOWN_FILES
 
 CORPUS = MARKDOWN_FILES + HTML_FILES
 

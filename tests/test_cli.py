@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from citerag.cli import main
-from conftest import DATA, DEV_SET, reference_chunks
+from corpus_paths import DATA, DEV_SET, reference_chunks
 
 CITATION_KEYS = {"index", "document_id", "document_name", "source_path", "locator_label", "fragment", "start", "end",
                  "quote", "cosine_distance"}

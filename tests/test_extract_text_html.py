@@ -11,7 +11,7 @@ from citerag.extract import extractor_for
 from citerag.extract.decode import decode_text
 from citerag.extract.html import HtmlExtractor
 from citerag.extract.markdown import MarkdownExtractor, TextExtractor
-from conftest import DATA, DEV_CORPUS
+from corpus_paths import DATA, DEV_CORPUS
 
 
 def _html(name: str) -> tuple[str, list[str], str]:

@@ -16,7 +16,7 @@ from citerag.ingest import Indexer
 from citerag.search import Retriever, gate
 from citerag.store import Store, open_store
 from citerag.types import Citation
-from conftest import DEV_SET
+from corpus_paths import DEV_SET
 
 QUESTIONS = {q["id"]: q for q in map(json.loads, (DEV_SET / "questions.jsonl").read_text().splitlines())}
 
@@ -31,7 +31,7 @@ def _indexer(index: Path, encoder, **overrides) -> tuple[Indexer, Store, Config]
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, encoder) -> tuple[Store, Retriever, Path]:  # type: ignore[no-untyped-def]
-    from conftest import DATA, DEV_CORPUS
+    from corpus_paths import DATA, DEV_CORPUS
 
     folder = tmp_path_factory.mktemp("corpus")
     for name in ("ch08.en.html", "apa.en.html", "pr01.en.html"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from citerag.search.fuse import rrf
-from conftest import FIXTURES
+from corpus_paths import FIXTURES
 
 
 def test_rrf_equals_reference() -> None:

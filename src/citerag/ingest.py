@@ -192,7 +192,7 @@ class Indexer:
         stamps = {**stamps, "embedding_dim": encoder.dim}
         self.store.save_indexed(doc_id, title=extracted.title, sha256=sha, stamps=stamps,
                                 canonical_text=extracted.text, warnings=extracted.warnings, chunks=chunks,
-                                vectors=vectors, stats=stats)
+                                vectors=vectors, stats=stats, locators=extracted.locators)
         report.chunks += len(chunks)
         report.over_window += sum(t > encoder.max_tokens for t in tokens)
         report.embedded_tokens += sum(tokens)

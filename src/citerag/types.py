@@ -18,6 +18,38 @@ class Section:
     start: int
     body_start: int
     end: int
+    # Context repeated in the embedded text of every chunk cut from this section, never in its content
+    # (a spreadsheet's header row). Empty for prose formats, so their chunks are unchanged.
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
+class Locator:
+    """Where the canonical span [start, end) sits in the source: one page, one cue, or one spreadsheet row.
+
+    An extractor returns these sorted by `start` and non-overlapping; text between spans (separators,
+    headings) has no locator. Exactly one of the groups is set: `page` (+ `ocr_confidence` when the
+    page was OCR'd, 0-100), `t_start`/`t_end` (seconds), or `sheet` + `row` + `col_first`/`col_last`
+    (1-based). The citation code resolves a chunk's range against them; chunking never sees them.
+    """
+
+    start: int
+    end: int
+    page: int | None = None
+    ocr_confidence: float | None = None
+    t_start: float | None = None
+    t_end: float | None = None
+    sheet: str | None = None
+    row: int | None = None
+    col_first: int | None = None
+    col_last: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Locator:
+        return cls(**data)
 
 
 @dataclass
@@ -30,6 +62,7 @@ class Extracted:
     extractor: str
     extractor_version: str
     warnings: list[str] = field(default_factory=list)
+    locators: list[Locator] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -61,6 +94,8 @@ class Document:
     chunk_count: int
     stamps: dict[str, Any]
     updated_at: str
+    # The extractor's locator map; loaded with the snapshot and by `document(id)`, empty in listings.
+    locators: list[Locator] = field(default_factory=list)
 
 
 @dataclass
@@ -96,14 +131,19 @@ class Citation:
     end: int
     quote: str
     cosine_distance: float
+    # Mean Tesseract word confidence (0-100) of the least confident OCR'd page the quote touches.
+    ocr_confidence: float | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "index": self.index, "document_id": self.document_id, "document_name": self.document_name,
             "source_path": self.source_path, "locator_label": self.locator_label,
             "fragment": self.fragment, "start": self.start, "end": self.end, "quote": self.quote,
             "cosine_distance": round(self.cosine_distance, 6),
         }
+        if self.ocr_confidence is not None:
+            data["ocr_confidence"] = round(self.ocr_confidence, 1)
+        return data
 
 
 @dataclass

@@ -8,6 +8,9 @@
 | E  | boundaries           | yes    | no      |
 | F  | boundaries           | yes    | yes     |
 
+A section may carry a `prefix` (a spreadsheet's header row): it follows the header in `text` for every
+strategy and never enters `content`; prose sections have none, so their chunks are unaffected.
+
 The header `[Title > Section]` and the overlap (the characters just before a chunk, never across a
 section body's start) go into `text`, which is embedded; `content` stays the chunk's own words.
 """
@@ -68,13 +71,16 @@ def chunk_extracted(ext: Extracted, strategy: str = "E", target: int = 512, over
     chunks = []
     for span, lo in spans:
         for a, b in rule.cutter(text, lo, span.end, target):
-            section = (ext.sections[bisect.bisect_right(starts, a) - 1].title
-                       if rule.blind and ext.sections else span.title)
+            owner = ext.sections[bisect.bisect_right(starts, a) - 1] if rule.blind and ext.sections else span
             content = text[a:b]
             lead = ""
             if rule.overlap and overlap > 0:
                 lead = js_trim(text[max(lo, a - overlap):a])
-            header = f"[{header_for(ext.title, section)}]\n" if rule.header else ""
+            header = f"[{header_for(ext.title, owner.title)}]\n" if rule.header else ""
+            # The section's prefix (a spreadsheet's header row) is context for the embedding, whatever the
+            # strategy; it is left out where the chunk already holds it, and it is never part of content.
+            if owner.prefix and owner.prefix not in content:
+                header += owner.prefix + "\n"
             body = f"{lead} {content}" if lead else content
-            chunks.append(Chunk(header + body, content, section, a, b, header))
+            chunks.append(Chunk(header + body, content, owner.title, a, b, header))
     return chunks

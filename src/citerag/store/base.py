@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from citerag.types import Chunk, Document, StoredChunk
+from citerag.types import Chunk, Document, Locator, StoredChunk
 
 
 @dataclass
@@ -39,13 +39,17 @@ class Store(Protocol):
 
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
-                     stats: ChunkStats) -> None: ...
+                     stats: ChunkStats, locators: list[Locator] | None = None) -> None: ...
 
     def save_failed(self, doc_id: int, *, sha256: str, stamps: dict[str, Any], error: str) -> None: ...
 
     def delete(self, doc_id: int) -> None: ...
 
     def canonical_text(self, doc_id: int) -> str: ...
+
+    def locators(self, doc_id: int) -> list[Locator]:
+        """The extractor's locator map for the document (empty for plain text formats)."""
+        ...
 
     def chunk_stats(self) -> dict[int, ChunkStats]: ...
 

@@ -16,10 +16,10 @@ import numpy as np
 
 from citerag.errors import CiteragError
 from citerag.store.base import ChunkStats, Snapshot
-from citerag.types import Chunk, Document, StoredChunk
+from citerag.types import Chunk, Document, Locator, StoredChunk
 
 DB_NAME = "index.sqlite3"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: documents.locators
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS documents (
     chunk_count INTEGER NOT NULL DEFAULT 0,
     stamps TEXT NOT NULL DEFAULT '{}',
     canonical_text TEXT,
+    locators TEXT NOT NULL DEFAULT '[]',
     updated_at TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS chunks (
@@ -58,6 +59,10 @@ _DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, c
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _locators_json(locators: list[Locator]) -> str:
+    return json.dumps([loc.as_json() for loc in locators], separators=(",", ":"))
 
 
 def _document(row: tuple[Any, ...]) -> Document:
@@ -84,8 +89,13 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.executescript(_SCHEMA)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            found = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise CiteragError(f"cannot open index at {index_dir}: {exc}") from exc
+        if found != SCHEMA_VERSION:
+            self._db.close()
+            raise CiteragError(f"the index at {index_dir} has schema version {found}, this citerag needs "
+                               f"{SCHEMA_VERSION}: delete the index directory and ingest again")
 
     def close(self) -> None:
         self._db.close()
@@ -99,7 +109,14 @@ class SqliteStore:
         return [_document(r) for r in rows]
 
     def document(self, doc_id: int) -> Document | None:
-        return self._one("id = ?", doc_id)
+        doc = self._one("id = ?", doc_id)
+        if doc:
+            doc.locators = self.locators(doc_id)
+        return doc
+
+    def locators(self, doc_id: int) -> list[Locator]:
+        row = self._db.execute("SELECT locators FROM documents WHERE id = ?", (doc_id,)).fetchone()
+        return [Locator.from_json(d) for d in json.loads(row[0])] if row else []
 
     def document_by_path(self, source_path: str) -> Document | None:
         return self._one("source_path = ?", source_path)
@@ -112,10 +129,12 @@ class SqliteStore:
 
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
-                     stats: ChunkStats) -> None:
+                     stats: ChunkStats, locators: list[Locator] | None = None) -> None:
         if len(chunks) != len(vectors):
             raise ValueError("one vector per chunk")
         vecs = np.ascontiguousarray(vectors, dtype=np.float32)
+        if len(vecs) and not np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3):
+            raise ValueError("vectors must be unit length: cosine distance is ||a-b||^2/2 only then")
         rows = [(doc_id, i, c.text, c.content, c.section, c.start, c.end, stats.tokens[i],
                  stats.header_tokens[i], vecs[i].tobytes()) for i, c in enumerate(chunks)]
         # One transaction: readers see the old version of the document or the new one, never half.
@@ -126,16 +145,16 @@ class SqliteStore:
                 " tokens, header_tokens, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             self._db.execute(
                 "UPDATE documents SET title = ?, sha256 = ?, status = 'indexed', error = NULL, warnings = ?,"
-                " chunk_count = ?, stamps = ?, canonical_text = ?, updated_at = ? WHERE id = ?",
+                " chunk_count = ?, stamps = ?, canonical_text = ?, locators = ?, updated_at = ? WHERE id = ?",
                 (title, sha256, json.dumps(warnings), len(chunks), json.dumps(stamps, sort_keys=True),
-                 canonical_text, _now(), doc_id))
+                 canonical_text, _locators_json(locators or []), _now(), doc_id))
 
     def save_failed(self, doc_id: int, *, sha256: str, stamps: dict[str, Any], error: str) -> None:
         with self._transaction():
             self._db.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
             self._db.execute(
                 "UPDATE documents SET sha256 = ?, status = 'failed', error = ?, chunk_count = 0, stamps = ?,"
-                " canonical_text = NULL, updated_at = ? WHERE id = ?",
+                " canonical_text = NULL, locators = '[]', updated_at = ? WHERE id = ?",
                 (sha256, error, json.dumps(stamps, sort_keys=True), _now(), doc_id))
 
     def delete(self, doc_id: int) -> None:
@@ -160,6 +179,8 @@ class SqliteStore:
     def snapshot(self, embedding_model: str) -> Snapshot:
         docs = {d.id: d for d in self.documents() if d.status == "indexed"}
         usable = {i for i, d in docs.items() if d.stamps.get("embedding_model") == embedding_model}
+        for i in usable:
+            docs[i].locators = self.locators(i)
         chunks, blobs = [], []
         for row in self._db.execute(
                 "SELECT c.id, c.document_id, c.ordinal, c.text, c.content, c.section, c.start_offset,"
