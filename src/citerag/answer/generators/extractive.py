@@ -9,12 +9,21 @@ import numpy as np
 from citerag.embed import Encoder
 from citerag.types import Citation
 
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)", re.M)
+_SENTENCE = re.compile(r"[^.!?]+(?:[.!?]+|$)")
 _SPACE = re.compile(r"\s+")
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+
+
+def _lines(text: str) -> list[str]:
+    """Paragraphs with their line wraps undone; a table's rows (cells joined by " | ") stay lines of their own."""
+    out = []
+    for para in _PARAGRAPH_BREAK.split(text):
+        out.extend(para.split("\n") if " | " in para else [para])
+    return out
 
 
 def sentences(text: str) -> list[str]:
-    out = [_SPACE.sub(" ", m.group()).strip() for m in _SENTENCE.finditer(text)]
+    out = [_SPACE.sub(" ", m.group()).strip() for line in _lines(text) for m in _SENTENCE.finditer(line)]
     # Fragments ("See systemd.", table cells) answer nothing: keep sentences of four words or more.
     return [s for s in out if len(s.split()) >= 4 and re.search(r"[A-Za-z]", s)]
 
