@@ -213,3 +213,15 @@ def test_stale_after_the_embedding_model_changes(small_corpus: Path, tmp_path: P
     assert not any(indexer2.stale(d) for d in store2.documents())
     assert store2.snapshot(str(other)).excluded_documents == 0
     assert indexer2.reindex_stale().indexed == []
+
+
+@pytest.mark.parametrize("strategy", ["A", "B", "C", "D", "E", "F"])
+def test_every_strategy_ingests_and_stamps(strategy: str, tmp_path: Path, encoder) -> None:  # type: ignore[no-untyped-def]
+    from corpus_paths import DEV_CORPUS
+
+    indexer, store, cfg = _indexer(tmp_path / "ix", encoder, strategy=strategy)
+    report = indexer.ingest([DEV_CORPUS / "apa.en.html"])
+    assert len(report.indexed) == 1 and not report.failed
+    (doc,) = store.documents()
+    assert doc.stamps["strategy"] == strategy and doc.chunk_count == report.chunks > 5
+    assert (report.header_tokens > 0) == (strategy in "EF")

@@ -48,5 +48,7 @@ class SentenceTransformerEncoder:
         return check_unit(np.asarray(vectors), self.name)
 
     def count_tokens(self, texts: list[str]) -> list[int]:
+        if not texts:  # the tokenizer rejects an empty batch
+            return []
         tokenizer = self._model.tokenizer
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]]
