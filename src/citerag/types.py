@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from citerag.answer.check import CitationCheck
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,18 @@ class Answer:
     answer: str
     citations: list[Citation]
     prompt: str | None = None
+    # Set on every generated answer (not on refusals): what citerag.answer.check found and removed.
+    check: CitationCheck | None = None
+    generator: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage: retrieve, rerank, generate, ...
 
     def as_json(self) -> dict[str, Any]:
-        return {"question": self.question, "refused": self.refused, "answer": self.answer,
-                "citations": [c.as_json() for c in self.citations]}
+        data: dict[str, Any] = {"question": self.question, "refused": self.refused, "answer": self.answer,
+                                "citations": [c.as_json() for c in self.citations]}
+        if self.check is not None:
+            data["check"] = self.check.as_json()
+        if self.generator is not None:
+            data["generator"] = self.generator
+        if self.timings:
+            data["timings_ms"] = {k: round(v * 1000, 2) for k, v in self.timings.items()}
+        return data

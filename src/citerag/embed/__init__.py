@@ -9,6 +9,15 @@ from citerag.embed.base import Encoder, check_unit
 
 @lru_cache(maxsize=4)
 def load_encoder(name: str) -> Encoder:
+    """A packaged model by name (all-MiniLM-L6-v2, use-multilingual-v3, multilingual-e5-small) or a local
+    sentence-transformers folder. An encoder may also have `encode_queries(texts)` for models that embed
+    questions differently from passages (E5's prefixes); the retriever uses it when present."""
+    from citerag.embed import e5_small, use_multilingual
+
+    if name in use_multilingual.ALIASES:
+        return use_multilingual.UseMultilingualEncoder(use_multilingual.NAME)
+    if name in e5_small.ALIASES:
+        return e5_small.E5SmallEncoder(e5_small.NAME)
     from citerag.embed.sentence_transformer import SentenceTransformerEncoder
 
     return SentenceTransformerEncoder(name)

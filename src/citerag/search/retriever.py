@@ -37,7 +37,9 @@ class Retriever:
         return BM25([c.text for c in self.snapshot.chunks])
 
     def _embed_uncached(self, query: str) -> np.ndarray:
-        return self.encoder.encode([query])[0]
+        # Models trained with a query/passage asymmetry (E5) embed questions with encode_queries.
+        encode = getattr(self.encoder, "encode_queries", None) or self.encoder.encode
+        return encode([query])[0]
 
     def search(self, query: str, mode: str = "hybrid", k: int = 20) -> list[Hit]:
         if mode not in MODES:

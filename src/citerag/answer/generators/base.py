@@ -1,8 +1,12 @@
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
+from citerag.errors import CiteragError
 from citerag.types import Citation
+
+SYSTEM = ("You answer questions only from the numbered sources the user gives you, and mark every claim "
+          "with the number of its source in square brackets, like [1].")
 
 
 class Generator(Protocol):
@@ -11,3 +15,12 @@ class Generator(Protocol):
     def generate(self, question: str, sources: list[Citation], prompt: str) -> str:
         """Answer text whose claims are marked [n]; only called when the gate kept sources."""
         ...
+
+
+class GeneratorError(CiteragError):
+    """A generator could not produce an answer (model missing, server down, timed out, refused)."""
+
+
+def chat_messages(prompt: str) -> list[dict[str, Any]]:
+    """The prompt (instructions, numbered sources, question) as a chat exchange."""
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]

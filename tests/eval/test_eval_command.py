@@ -1,0 +1,99 @@
+"""`citerag eval` end to end, as a user runs it: real files, real exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def citerag(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "citerag.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def first_run(tiny_set: dict[str, Path]) -> Path:
+    out = tiny_set["root"] / "cli-1"
+    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--ood",
+                   tiny_set["ood"], "--strategies", "E", "--retrievers", "dense,hybrid", "--out", out,
+                   "--cache", tiny_set["cache"])
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_reports_are_written(first_run: Path) -> None:
+    report = json.loads((first_run / "report.json").read_text(encoding="utf-8"))
+    assert report["schema"] == "citerag-eval-report/1"
+    assert [c["id"] for c in report["configurations"]] == ["E/dense/all-MiniLM-L6-v2", "E/hybrid/all-MiniLM-L6-v2"]
+    assert report["ground_truth"]["questions"] == 8 and report["ground_truth"]["ood"] == 10
+    assert set(report["queries"]["answerable"]["E/dense/all-MiniLM-L6-v2"]) == {
+        f"dr-{t}-{s}" for t in ("01", "02", "27", "28") for s in ("doc", "ticket")}
+    assert len(report["paired"]) == 1
+    md = (first_run / "report.md").read_text(encoding="utf-8")
+    assert "| E | dense | all-MiniLM-L6-v2 |" in md
+    html = (first_run / "report.html").read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") >= 3 and "http" not in html.split("<body>")[1]
+    pngs = sorted(p.name for p in first_run.glob("*.png"))  # the same pictures as files, for a README
+    assert pngs == ["distances-E_dense_all-MiniLM-L6-v2.png", "recall.png", "sweep-E_dense_all-MiniLM-L6-v2.png"]
+    assert all((first_run / p).read_bytes().startswith(b"\x89PNG") for p in pngs)
+
+
+def test_gate_passes_against_an_equal_run_and_fails_on_a_damaged_corpus(
+        first_run: Path, tiny_set: dict[str, Path]) -> None:
+    common = ["eval", "--questions", tiny_set["questions"], "--ood", tiny_set["ood"], "--strategies", "E",
+              "--retrievers", "dense,hybrid", "--no-html", "--baseline", first_run / "report.json", "--gate"]
+    same = citerag(*common, "--corpus", tiny_set["corpus"], "--cache", tiny_set["cache"],
+                   "--out", tiny_set["root"] / "cli-2")
+    assert same.returncode == 0, same.stderr
+    assert "gate: no significant regression" in same.stdout
+    assert "note:" not in same.stderr
+    # Made worse on purpose: the paragraph holding dr-01's needle loses its words.
+    damaged = tiny_set["root"] / "damaged"
+    shutil.copytree(tiny_set["corpus"], damaged)
+    page = damaged / "pr01.en.html"
+    needle = json.loads(tiny_set["questions"].read_text(encoding="utf-8").splitlines()[0])["needle"]
+    pattern = r"\s+".join(re.escape(w) for w in needle.split())
+    html, n = re.subn(pattern, "The figure is explained elsewhere.", page.read_text(encoding="utf-8"))
+    assert n == 1
+    page.write_text(html, encoding="utf-8")
+    worse = citerag(*common, "--corpus", damaged, "--cache", tiny_set["root"] / "damaged-indexes",
+                    "--out", tiny_set["root"] / "cli-3")
+    assert worse.returncode == 1
+    lines = worse.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: regression gate failed")
+    assert "regression: E/dense/all-MiniLM-L6-v2: destroys dr-01 (not destroyed before)" in lines
+    saved = json.loads((tiny_set["root"] / "cli-3" / "report.json").read_text(encoding="utf-8"))
+    assert saved["baseline"]["passed"] is False
+    # Without --gate the same comparison is reported but does not fail the command.
+    told = citerag(*common[:-1], "--corpus", damaged, "--cache", tiny_set["root"] / "damaged-indexes",
+                   "--out", tiny_set["root"] / "cli-4")
+    assert told.returncode == 0 and "regression: E/dense" in told.stderr
+    assert "no significant regression" not in told.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--strategies", "Z"], "unknown strategy Z"),
+    (["--retrievers", "dense,colbert"], "unknown retriever colbert"),
+    (["--gate"], "--gate needs --baseline"),
+    (["--baseline", "/nonexistent/report.json"], "no such baseline report"),
+    (["--embedders", "no-such-model"], "no-such-model"),
+])
+def test_user_errors_are_one_line(tiny_set: dict[str, Path], args: list[str], message: str) -> None:
+    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--out",
+                   tiny_set["root"] / "cli-err", "--cache", tiny_set["root"] / "cache-err", *args)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
+
+
+def test_bad_ground_truth_is_one_line(tmp_path: Path, tiny_set: dict[str, Path]) -> None:
+    bad = tmp_path / "q.jsonl"
+    bad.write_text('{"id": "x", "truth": "t", "style": "doc", "query": "q"}\n', encoding="utf-8")
+    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", bad, "--out", tmp_path / "o")
+    assert done.returncode == 1 and done.stderr.strip() == f"error: {bad}:1: missing or empty field(s) needle, source"
