@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from citerag.cli_options import generator_options
 from citerag.config import Config, index_dir_from, load_config
 from citerag.errors import CiteragError
 from citerag.ingest import Indexer, IngestReport, is_stale
@@ -125,14 +126,7 @@ def reindex(index: str | None, stale: bool, as_json: bool) -> None:
 @click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
               help="Rerank the shortlist with this cross-encoder folder (see train-reranker); '' turns it off.")
 @click.option("--shortlist", type=click.IntRange(1, 1000), default=None, help="Hits the reranker scores (25).")
-@click.option("--generator", type=click.Choice(["extractive", "llama", "openai"]), default=None,
-              help="extractive (default, no model), llama (local GGUF) or openai (compatible HTTP server).")
-@click.option("--llm-model", "llm_model_path", metavar="GGUF", default=None,
-              help="GGUF file for --generator llama (default: the packaged SmolLM2-135M-Instruct).")
-@click.option("--openai-base-url", default=None, metavar="URL", help="e.g. http://127.0.0.1:8080/v1")
-@click.option("--openai-model", default=None, metavar="NAME")
-@click.option("--timeout", "generator_timeout", type=click.FloatRange(0.1, 3600), default=None,
-              help="Seconds the openai generator waits to connect and per read (60).")
+@generator_options(default=None)
 def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode: str | None,
         threshold: float | None, rerank_model: str | None, shortlist: int | None, generator: str | None,
         llm_model_path: str | None, openai_base_url: str | None, openai_model: str | None,

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from citerag.cli_options import generator_options
 from citerag.config import Config
 from citerag.errors import CiteragError
 from citerag.search import MODES
@@ -33,6 +34,23 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CiteragError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+def _generate_hook(qs: list[Any], oods: list[Any], cfg: Config, *, mode: str, reranker: Any, shortlist: int,
+                   judge: bool) -> Any:
+    """What run_eval calls with the default configuration's retriever: the answer-level figures."""
+    from citerag.answer.generators import make_generator
+    from citerag.eval.answers import evaluate_answers
+    from citerag.search import Retriever
+
+    def hook(retriever: Retriever, index_dir: Path) -> dict[str, Any]:
+        gen = make_generator(cfg, lambda: retriever.encoder)
+        return evaluate_answers(retriever, index_dir, qs, oods, gen, threshold=cfg.threshold,
+                                max_sources=cfg.max_sources, mode=mode, k=cfg.k, reranker=reranker,
+                                shortlist=shortlist, judge=gen if judge else None,
+                                log=lambda s: click.echo(s, err=True))
+
+    return hook
 
 
 @click.command("eval")
@@ -61,9 +79,20 @@ def _write(path: Path, text: str) -> None:
 @click.option("--exclude", multiple=True, metavar="GLOB",
               help="Leave out corpus files whose name or relative path matches (repeatable), e.g. '*.pdf'.")
 @click.option("--no-html", is_flag=True, help="Skip report.html and its PNGs (no matplotlib needed).")
+@click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
+              help="Also evaluate hybrid+rerank: hybrid's shortlist reordered by this cross-encoder folder.")
+@click.option("--shortlist", type=click.IntRange(1, 1000), default=25, show_default=True,
+              help="Hits the reranker scores.")
+@click.option("--generate", is_flag=True, help="Also answer every query through the answer pipeline (first "
+              "strategy, dense unless --retrievers lacks it, reranked with --rerank) and report answer figures.")
+@generator_options(default="extractive")
+@click.option("--judge", is_flag=True, help="With --generate: score each answer with the generator as an LLM judge "
+              "(needs --generator llama or openai).")
 def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: str, retrievers: str, embedders: str,
                  out: Path, cache: Path | None, cost_ratio: float, threshold: float | None, baseline: Path | None,
-                 gate: bool, exclude: tuple[str, ...], no_html: bool) -> None:
+                 gate: bool, exclude: tuple[str, ...], no_html: bool, rerank_model: str | None, shortlist: int,
+                 generate: bool, generator: str, llm_model_path: str | None, openai_base_url: str | None,
+                 openai_model: str | None, generator_timeout: float | None, judge: bool) -> None:
     """Measure retrieval on a needle ground truth: Recall@k, MRR, nDCG@10 with Wilson intervals, destroyed
     answers, paired sign tests, threshold calibration; optionally gate against a baseline report."""
     from citerag.eval.gate import compare
@@ -73,6 +102,11 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
 
     if gate and baseline is None:
         raise CiteragError("--gate needs --baseline REPORT.json")
+    if judge and not generate:
+        raise CiteragError("--judge needs --generate")
+    if judge and generator == "extractive":
+        raise CiteragError("--judge needs an LLM: pass --generator llama or --generator openai "
+                           "(the extractive generator cannot judge)")
     base = _load_report(baseline) if baseline else None  # fail fast, before hours of embedding
     strategy_list = parse_list(strategies, list("ABCDEF"), "strategy")
     retriever_list = parse_list(retrievers, list(MODES), "retriever")
@@ -83,12 +117,28 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CiteragError(f"cannot create {out}: {exc.strerror}") from exc
-    run = run_eval(corpus, qs, oods, strategies=strategy_list, retrievers=retriever_list, embedders=embedder_list,
-                   cache=cache or out / "indexes", exclude=exclude, log=lambda s: click.echo(s, err=True))
     ref = Config().threshold if threshold is None else threshold
+    reranker = None
+    if rerank_model:
+        from citerag.search.rerank import load_reranker
+
+        reranker = load_reranker(rerank_model)
+    hook = None
+    if generate:
+        given: dict[str, Any] = {"llm_model_path": llm_model_path, "openai_base_url": openai_base_url,
+                                 "openai_model": openai_model, "generator_timeout": generator_timeout}
+        overrides = {k: v for k, v in given.items() if v is not None}
+        hook = _generate_hook(qs, oods, Config(threshold=ref, generator=generator, **overrides),
+            mode="dense" if "dense" in retriever_list else retriever_list[0], reranker=reranker,
+            shortlist=shortlist, judge=judge)
+    run = run_eval(corpus, qs, oods, strategies=strategy_list, retrievers=retriever_list, embedders=embedder_list,
+                   cache=cache or out / "indexes", exclude=exclude, log=lambda s: click.echo(s, err=True),
+                   reranker=reranker, shortlist=shortlist, generate=hook,
+                   generate_strategy="E" if "E" in strategy_list else strategy_list[0])
     settings = {"corpus": str(corpus), "questions": str(questions), "ood": str(ood) if ood else None,
                 "strategies": strategy_list, "retrievers": retriever_list, "embedders": embedder_list,
-                "exclude": list(exclude)}
+                "exclude": list(exclude), "rerank": rerank_model or None,
+                "shortlist": shortlist if rerank_model else None, "generate": generator if generate else None}
     report = build_report(run, qs, oods, settings, cost_ratio=cost_ratio, reference_threshold=ref)
     result = None
     if base is not None and baseline is not None:
@@ -108,8 +158,16 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
         _write(out / "report.html", to_html(report, save))
     for c in report["configurations"]:
         m = c["metrics"]
+        cost = c.get("rerank_latency")
         click.echo(f"{c['id']:<40} R@1 {m['recall@1']['value']:.3f}  R@4 {m['recall@4']['value']:.3f}  "
-                   f"MRR {m['mrr']['value']:.3f}  destroyed {len(c['destroyed'])}")
+                   f"MRR {m['mrr']['value']:.3f}  destroyed {len(c['destroyed'])}"
+                   + (f"  rerank p50 {cost['p50_ms']:.0f} ms p95 {cost['p95_ms']:.0f} ms" if cost else ""))
+    a = report.get("answers")
+    if a:
+        click.echo(f"answers {a['configuration']} ({a['generator']}): refused {a['refused']['count']}/{a['in_domain']}"
+                   f"  bluffs {a['bluffs']['count']}/{a['ood']}  citation accuracy "
+                   f"{a['citation_accuracy']['pooled']['value']:.3f}  needle-supported "
+                   f"{a['needle_supported']['count']}/{a['in_domain']}")
     click.echo(f"wrote {out / 'report.json'}, report.md{'' if no_html else ', report.html'} "
                f"({run.seconds:.0f} s)")
     if result is not None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from citerag.eval import plots
-from citerag.eval.report import HEADLINE_HEAD, headline_rows, primary, window_cell
+from citerag.eval.report import HEADLINE_HEAD, answer_rows, headline_rows, latency_rows, primary, window_cell
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}
@@ -67,15 +67,28 @@ def to_html(report: dict[str, Any], save: Callable[[str, bytes], None] | None = 
         parts.append(img(plots.distance_histograms(conf, st["reference_threshold"]), f"distances-{tag}.png",
                          "distance histograms"))
         parts.append(img(plots.sweep_curve(conf, conf["queries"], gt["ood"]), f"sweep-{tag}.png", "threshold sweep"))
+    cost = [c for c in report["configurations"] if c.get("rerank_latency")]
+    if cost:
+        parts.append("<h2>Rerank cost per query</h2>")
+        parts.append(_table(["configuration", "queries", "p50 ms", "p95 ms"],
+                            [[c["id"], str(c["rerank_latency"]["n"]), f"{c['rerank_latency']['p50_ms']:.1f}",
+                              f"{c['rerank_latency']['p95_ms']:.1f}"] for c in cost]))
+    answers = report.get("answers")
+    if answers:
+        parts.append(f"<h2>Answers</h2><p>{html.escape(answers['configuration'])} through the answer pipeline, "
+                     f"generator {html.escape(answers['generator'])}, threshold {answers['threshold']:g}.</p>")
+        parts.append(_table(["figure", "count", "value [95%]"], answer_rows(answers)))
+        parts.append(_table(["stage", "queries", "p50 ms", "p95 ms", "p99 ms"], latency_rows(answers)))
     parts.append("<h2>Indexes</h2>")
     parts.append(_table(["embedder", "strategy", "docs", "chunks", "over window", "header tokens", "seconds"],
                         [[i["embedder"], i["strategy"], str(i["documents"]), str(i["chunks"]),
                           window_cell(i), f"{i['header_share']:.1%}",
                           f"{i['seconds']:.1f}"] for i in report["indexes"]]))
-    rows = [[p["a"], p["b"], *[f"{t['wins']}:{t['losses']} p={t['p']:.3g}" for t in p["tests"]]]
+    rows = [[p["a"], p["b"], *[f"{t['wins']}:{t['losses']} p={t['p']:.3g}" for t in [*p["tests"], p["rr"]]]]
+            if p.get("rr") else [p["a"], p["b"], *[f"{t['wins']}:{t['losses']} p={t['p']:.3g}" for t in p["tests"]]]
             for p in report["paired"]]
     parts.append(f"<details><summary>Paired comparisons ({len(rows)} pairs; wins:losses of A over B, exact "
-                 "sign test)</summary>" + _table(["A", "B", *[f"R@{k}" for k in st["recall_ks"]]], rows)
+                 "sign test)</summary>" + _table(["A", "B", *[f"R@{k}" for k in st["recall_ks"]], "RR"], rows)
                  + "</details>")
     parts.append("</body></html>")
     return "\n".join(parts)

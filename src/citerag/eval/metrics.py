@@ -12,6 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from citerag.eval.stats import wilson
 
@@ -76,3 +79,11 @@ def summary(ranks: Ranks) -> dict[str, Estimate]:
     out["mrr"] = mrr(ranks)
     out[f"ndcg@{NDCG_K}"] = ndcg_at(ranks)
     return out
+
+
+def latency(seconds: Sequence[float]) -> dict[str, Any]:
+    """Milliseconds: count, p50, p95, p99 (numpy's linear interpolation)."""
+    if not seconds:
+        return {"n": 0, "p50_ms": None, "p95_ms": None, "p99_ms": None}
+    ms = np.asarray(seconds, dtype=np.float64) * 1000.0
+    return {"n": len(seconds), **{f"p{q}_ms": round(float(np.percentile(ms, q)), 3) for q in (50, 95, 99)}}

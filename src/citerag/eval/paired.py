@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from citerag.eval.metrics import RECALL_KS, hit_at
+from citerag.eval.metrics import RECALL_KS, hit_at, reciprocal_rank
 from citerag.eval.stats import sign_test
 
 
@@ -32,3 +32,12 @@ def paired_at(a: Mapping[str, int | None], b: Mapping[str, int | None], k: int) 
 def paired(a: Mapping[str, int | None], b: Mapping[str, int | None],
            ks: tuple[int, ...] = RECALL_KS) -> list[Paired]:
     return [paired_at(a, b, k) for k in ks]
+
+
+def paired_rr(a: Mapping[str, int | None], b: Mapping[str, int | None]) -> dict[str, float]:
+    """Sign test on reciprocal rank: wins are queries where `a` ranks the first correct chunk higher (its RR is
+    larger), losses the reverse; queries with equal RR (both missed, or the same rank) are left out."""
+    shared = a.keys() & b.keys()
+    wins = sum(reciprocal_rank(a[q]) > reciprocal_rank(b[q]) for q in shared)
+    losses = sum(reciprocal_rank(a[q]) < reciprocal_rank(b[q]) for q in shared)
+    return {"wins": wins, "losses": losses, "p": round(sign_test(wins, losses), 6)}

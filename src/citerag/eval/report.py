@@ -9,8 +9,8 @@ from typing import Any
 from citerag import PIPELINE_VERSION, __version__
 from citerag.eval.calibrate import Calibration, Scored, calibrate
 from citerag.eval.gate import GateResult
-from citerag.eval.metrics import RECALL_KS, estimate, recall_curve, summary
-from citerag.eval.paired import paired
+from citerag.eval.metrics import RECALL_KS, estimate, latency, recall_curve, summary
+from citerag.eval.paired import paired, paired_rr
 from citerag.eval.runner import DEPTH, QueryResult, Run
 from citerag.eval.truth import OodQuery, Question, fingerprint
 
@@ -51,12 +51,14 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
             "destroyed_share": estimate(len(info.destroyed), len(truths)).as_json(),
             "recall_curve": [round(x, 6) for x in recall_curve(ranks, DEPTH)],
             "calibration": _calibration_json(cal),
+            "rerank_latency": latency(run.latency[s.id]) if s.id in run.latency else None,
         })
     pairs = []
     for a, b in itertools.combinations(run.setups, 2):
         ra = {q: r.rank for q, r in run.answerable[a.id].items()}
         rb = {q: r.rank for q, r in run.answerable[b.id].items()}
-        pairs.append({"a": a.id, "b": b.id, "tests": [t.as_json() for t in paired(ra, rb, RECALL_KS)]})
+        pairs.append({"a": a.id, "b": b.id, "tests": [t.as_json() for t in paired(ra, rb, RECALL_KS)],
+                      "rr": paired_rr(ra, rb)})
     return {
         "schema": SCHEMA,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -73,9 +75,14 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
         "indexes": [i.as_json() for i in run.indexes],
         "configurations": configurations,
         "paired": pairs,
+        "answers": None if run.answers is None else {**run.answers, "configuration": _answer_config(run.answers)},
         "queries": {"answerable": _per_query(run.answerable), "ood": _per_query(run.ood)},
         "baseline": None,
     }
+
+
+def _answer_config(a: dict[str, Any]) -> str:
+    return f"{a['strategy']}/{a['mode']}{'+rerank' if a.get('rerank') else ''}/{a['embedder']}"
 
 
 def _per_query(results: dict[str, dict[str, QueryResult]]) -> dict[str, dict[str, Any]]:
@@ -126,6 +133,37 @@ def _p(t: dict[str, Any]) -> str:
     return f"{t['wins']}:{t['losses']} p={t['p']:.3g}{star}"
 
 
+def answer_rows(a: dict[str, Any]) -> list[list[str]]:
+    ca, ns = a["citation_accuracy"], a["needle_supported"]
+    rows = [["in-domain refused", f"{a['refused']['count']}/{a['in_domain']}", _est(a["refused"]["share"])],
+            ["OOD answered (bluffs)", f"{a['bluffs']['count']}/{a['ood']}", _est(a["bluffs"]["share"])],
+            ["citation accuracy (sentences, pooled)", f"{ca['cited']}/{ca['sentences']}", _est(ca["pooled"])],
+            ["citation accuracy (mean over answers)", "-",
+             "-" if ca["mean_over_answers"] is None else f"{ca['mean_over_answers']:.3f}"],
+            ["needle-supported answers", f"{ns['count']}/{a['in_domain']}", _est(ns["share"])],
+            ["answers with no valid citation", str(a["flagged"]), "-"]]
+    j = a.get("judge")
+    if j:
+        rows.append([f"judge ({j['generator']}, {j['parsed']}/{j['judged']} parsed)", "-",
+                     " ".join(f"{k} {'-' if j[k] is None else format(j[k], '.3f')}"
+                              for k in ("correctness", "grounding", "conciseness"))])
+    return rows
+
+
+def latency_rows(a: dict[str, Any]) -> list[list[str]]:
+    return [[s, str(v["n"]), f"{v['p50_ms']:.1f}", f"{v['p95_ms']:.1f}", f"{v['p99_ms']:.1f}"]
+            for s, v in a["latency"].items()]
+
+
+def answers_markdown(a: dict[str, Any]) -> list[str]:
+    return ["## Answers", "",
+            f"`{a['configuration']}` through the answer pipeline, generator {a['generator']}, threshold "
+            f"{a['threshold']:g}, at most {a['max_sources']} sources.", "",
+            _table(["figure", "count", "value [95%]"], answer_rows(a)), "",
+            "Latency per stage (ms; refusals have no generate stage):", "",
+            _table(["stage", "queries", "p50", "p95", "p99"], latency_rows(a)), ""]
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     gt, st = report["ground_truth"], report["settings"]
     out = [f"# citerag evaluation ({report['created']})", "",
@@ -162,10 +200,22 @@ def to_markdown(report: dict[str, Any]) -> str:
                      f"{c['calibration']['at_reference']['bluffs']}/{gt['ood']}"]
                     for c in report["configurations"] if c["calibration"]["worst_in_domain"] is not None
                     and c["calibration"]["best_ood"] is not None]), ""]
+    cost = [c for c in report["configurations"] if c.get("rerank_latency")]
+    if cost:
+        out += ["## Rerank cost per query", "",
+                _table(["configuration", "queries", "p50 ms", "p95 ms"],
+                       [[c["id"], str(c["rerank_latency"]["n"]), f"{c['rerank_latency']['p50_ms']:.1f}",
+                         f"{c['rerank_latency']['p95_ms']:.1f}"] for c in cost]),
+                "", "Cross-encoder seconds only (the hybrid retrieval before it is not included), over the "
+                "answerable and out-of-domain queries together.", ""]
     out += ["## Paired comparisons", "",
-            "Wins:losses of A over B on discordant queries, exact two-sided sign test; * p < 0.05.", "",
-            _table(["A", "B", *[f"R@{k}" for k in st["recall_ks"]]],
-                   [[p["a"], p["b"], *[_p(t) for t in p["tests"]]] for p in report["paired"]]), ""]
+            "Wins:losses of A over B on discordant queries, exact two-sided sign test; * p < 0.05. RR: queries "
+            "where A's reciprocal rank is higher : lower.", "",
+            _table(["A", "B", *[f"R@{k}" for k in st["recall_ks"]], "RR"],
+                   [[p["a"], p["b"], *[_p(t) for t in p["tests"]], _p(p["rr"]) if p.get("rr") else "-"]
+                    for p in report["paired"]]), ""]
+    if report.get("answers"):
+        out += answers_markdown(report["answers"])
     base = report.get("baseline")
     if base:
         out += ["## Against the baseline", "", f"Baseline `{base['path']}`: "

@@ -25,10 +25,12 @@ from citerag.eval.truth import OodQuery, Question
 from citerag.extract import extractor_for
 from citerag.ingest import Indexer, discover
 from citerag.search import MODES, Retriever
+from citerag.search.rerank import DEFAULT_SHORTLIST, Reranker, rerank
 from citerag.store import ChunkStats, Snapshot, open_store
 from citerag.types import Extracted
 
 DEPTH = 20  # hits retrieved per query: Recall@20 and MRR@20 need no more
+RERANKED = "hybrid+rerank"  # the retriever name of hybrid's shortlist reordered by the cross-encoder
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class Run:
     needle_problems: list[NeedleProblem]
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, list[float]] = field(default_factory=dict)  # setup id -> rerank seconds per query
+    answers: dict[str, Any] | None = None  # what the `generate` hook returned (answer-level figures)
 
 
 def safe_name(name: str) -> str:
@@ -215,9 +219,31 @@ def score_queries(retriever: Retriever, mode: str, queries: Sequence[Question | 
     return out
 
 
+def score_reranked(retriever: Retriever, reranker: Reranker, shortlist: int, queries: Sequence[Question | OodQuery],
+                   collapsed: dict[int, str], seconds: list[float]) -> dict[str, QueryResult]:
+    """Hybrid's first `shortlist` hits reordered by the cross-encoder (the first DEPTH kept); the rerank
+    seconds of each query are appended to `seconds`."""
+    out: dict[str, QueryResult] = {}
+    for q in queries:
+        hits = retriever.search(q.query, mode="hybrid", k=max(DEPTH, shortlist))
+        t0 = time.perf_counter()
+        hits = rerank(q.query, hits, reranker, shortlist)[:DEPTH]
+        seconds.append(time.perf_counter() - t0)
+        needle = collapse(q.needle) if isinstance(q, Question) else None
+        correct = [h.rank for h in hits if needle is not None and needle in collapsed[h.chunk.id]]
+        out[q.id] = QueryResult(correct[0] if correct else None, correct, [h.cosine_distance for h in hits])
+    return out
+
+
+# Called once, for the first embedder and `generate_strategy`, with that index's retriever and folder.
+GenerateHook = Callable[[Retriever, Path], dict[str, Any]]
+
+
 def run_eval(corpus: Path, questions: Sequence[Question], ood: Sequence[OodQuery], *, strategies: Sequence[str],
              retrievers: Sequence[str], embedders: Sequence[str], cache: Path, exclude: Sequence[str] = (),
-             log: Callable[[str], None] = lambda s: None) -> Run:
+             log: Callable[[str], None] = lambda s: None, reranker: Reranker | None = None,
+             shortlist: int = DEFAULT_SHORTLIST, generate: GenerateHook | None = None,
+             generate_strategy: str | None = None) -> Run:
     for s in strategies:
         if s not in STRATEGIES:
             raise CiteragError(f"unknown strategy {s!r}: choose from {', '.join(STRATEGIES)}")
@@ -246,7 +272,20 @@ def run_eval(corpus: Path, questions: Sequence[Question], ood: Sequence[OodQuery
                 run.setups.append(setup)
                 run.answerable[setup.id] = score_queries(retriever, mode, questions, bodies)
                 run.ood[setup.id] = score_queries(retriever, mode, ood, bodies)
+            if reranker is not None:
+                setup = Setup(embedder, strategy, RERANKED)
+                run.setups.append(setup)
+                seconds: list[float] = []
+                run.answerable[setup.id] = score_reranked(retriever, reranker, shortlist, questions, bodies, seconds)
+                run.ood[setup.id] = score_reranked(retriever, reranker, shortlist, ood, bodies, seconds)
+                run.latency[setup.id] = seconds
             run.timings[f"query {embedder}/{strategy}"] = time.perf_counter() - t0
             run.timings[f"index {embedder}/{strategy}"] = info.seconds
+            if generate is not None and run.answers is None and strategy == (generate_strategy or strategies[0]):
+                t0 = time.perf_counter()
+                log(f"generate: answering {len(questions) + len(ood)} queries on {embedder}/{strategy}")
+                run.answers = {"embedder": embedder, "strategy": strategy,
+                               **generate(retriever, Path(info.path))}
+                run.timings[f"generate {embedder}/{strategy}"] = time.perf_counter() - t0
     run.seconds = time.perf_counter() - started
     return run

@@ -1,0 +1,131 @@
+"""Answer-level figures for `citerag eval --generate`: every query through the real answer pipeline.
+
+Refusals (answerable queries refused), bluffs (out-of-domain queries answered), citation accuracy (pooled over
+the sentences of every answer, with a Wilson interval; the mean over answers beside it), needle-supported
+answers (a validly cited source holds the needle), latency per stage, and an optional LLM-as-judge score.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from citerag.answer.check import answer_figures
+from citerag.answer.generators.base import Generator, GeneratorError
+from citerag.answer.pipeline import answer_question
+from citerag.eval.metrics import estimate, latency
+from citerag.eval.truth import OodQuery, Question
+from citerag.search import Retriever
+from citerag.search.rerank import DEFAULT_SHORTLIST, Reranker
+from citerag.store import open_store
+from citerag.types import Answer
+
+STAGES = ("retrieve", "rerank", "generate", "total")
+JUDGE_KEYS = ("correctness", "grounding", "conciseness")
+JUDGE_PROMPT = """You grade an answer to a question against a reference passage and the answer's sources.
+Reply with JSON only, no other text: {{"correctness": 0-1, "grounding": 0-1, "conciseness": 0-1}}
+correctness: the answer states what the reference says; grounding: every claim is supported by the sources;
+conciseness: no padding or repetition.
+
+Question: {question}
+Reference: {needle}
+Sources:
+{sources}
+Answer: {answer}
+"""
+
+
+def parse_judge(text: str) -> dict[str, float] | None:
+    """The first JSON object in `text` holding all three scores, each clamped to [0, 1]; None if there is none."""
+    for match in re.finditer(r"\{[^{}]*\}", text):
+        try:
+            data = json.loads(match.group(0))
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        try:
+            scores = {k: float(data[k]) for k in JUDGE_KEYS}
+        except (KeyError, TypeError, ValueError):
+            continue
+        if any(v != v for v in scores.values()):  # NaN
+            continue
+        return {k: min(1.0, max(0.0, v)) for k, v in scores.items()}
+    return None
+
+
+def judge_answer(judge: Generator, question: Question, answer: Answer) -> dict[str, float] | None:
+    sources = "\n".join(f"[{c.index}] {' '.join(c.quote.split())}" for c in answer.citations)
+    prompt = JUDGE_PROMPT.format(question=question.query, needle=question.needle, sources=sources,
+                                 answer=answer.answer)
+    try:
+        return parse_judge(judge.generate(question.query, answer.citations, prompt))
+    except GeneratorError:
+        return None
+
+
+def evaluate_answers(retriever: Retriever, index_dir: Path, questions: Sequence[Question], ood: Sequence[OodQuery],
+                     generator: Generator, *, threshold: float, max_sources: int = 4, mode: str = "dense",
+                     k: int = 20, reranker: Reranker | None = None, shortlist: int = DEFAULT_SHORTLIST,
+                     judge: Generator | None = None, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    store = open_store(index_dir)
+    try:
+        rows: dict[str, dict[str, Any]] = {}
+        ood_rows: dict[str, dict[str, Any]] = {}
+        stages: dict[str, list[float]] = {s: [] for s in STAGES}
+        answered: list[tuple[Question, Answer]] = []
+        queries: list[Question | OodQuery] = [*questions, *ood]
+        for q in queries:
+            ans = answer_question(q.query, retriever, generator, store.canonical_text, threshold=threshold,
+                                  max_sources=max_sources, mode=mode, k=k, reranker=reranker, shortlist=shortlist)
+            for s in STAGES:
+                if s in ans.timings:
+                    stages[s].append(ans.timings[s])
+            if isinstance(q, Question):
+                rows[q.id] = answer_figures(ans, q.needle)
+                if not ans.refused:
+                    answered.append((q, ans))
+            else:
+                ood_rows[q.id] = answer_figures(ans)
+    finally:
+        store.close()
+    n, n_ood = len(rows), len(ood_rows)
+    refused = sum(r["refused"] for r in rows.values())
+    bluffs = sum(not r["refused"] for r in ood_rows.values())
+    checked = [r for r in rows.values() if not r["refused"] and r["citation_accuracy"] is not None]
+    sentences = sum(r["sentences"] for r in checked)
+    cited = sum(round(r["citation_accuracy"] * r["sentences"]) for r in checked)
+    out: dict[str, Any] = {
+        "generator": generator.name, "mode": mode, "rerank": reranker.name if reranker is not None else None,
+        "shortlist": shortlist if reranker is not None else None, "threshold": threshold, "max_sources": max_sources,
+        "in_domain": n, "ood": n_ood,
+        "refused": {"count": refused, "share": estimate(refused, n).as_json()},
+        "bluffs": {"count": bluffs, "share": estimate(bluffs, n_ood).as_json()},
+        "citation_accuracy": {
+            "over": "sentences of answered in-domain queries, pooled", "sentences": sentences, "cited": cited,
+            "pooled": estimate(cited, sentences).as_json(),
+            "mean_over_answers": round(float(np.mean([r["citation_accuracy"] for r in checked])), 6)
+            if checked else None},
+        "needle_supported": {"count": sum(bool(r["needle_supported"]) for r in rows.values()),
+                             "share": estimate(sum(bool(r["needle_supported"]) for r in rows.values()), n).as_json(),
+                             "of_answered": len(checked)},
+        "needle_retrieved": sum(bool(r["needle_retrieved"]) for r in rows.values()),
+        "flagged": sum(r["flagged"] for r in checked),
+        "invalid_markers": sum(r["invalid_markers"] for r in checked),
+        "latency": {s: latency(v) for s, v in stages.items() if v},
+        "judge": None,
+        "queries": {"answerable": rows, "ood": ood_rows},
+    }
+    if judge is not None:
+        scores = [judge_answer(judge, q, a) for q, a in answered]
+        good = [s for s in scores if s is not None]
+        log(f"judge: {len(good)} of {len(scores)} verdicts parsed")
+        out["judge"] = {"generator": judge.name, "judged": len(scores), "parsed": len(good),
+                        **{key: round(float(np.mean([s[key] for s in good])), 6) if good else None
+                           for key in JUDGE_KEYS}}
+    return out

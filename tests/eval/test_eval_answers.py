@@ -1,0 +1,123 @@
+"""`citerag eval --rerank` and `--generate` on the tiny set: real indexer, real reranker, real answer pipeline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from citerag.eval.answers import parse_judge
+from citerag.eval.paired import paired_rr
+
+
+def citerag(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "citerag.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def reranked(tiny_set: dict[str, Path]) -> dict[str, Any]:
+    """A dense run with --generate (which also builds the E index), a tiny reranker trained on that index,
+    then one eval run with --rerank and --generate."""
+    root = tiny_set["root"]
+    ix = root / "rr-index"
+    out = root / "cli-rr"
+    first = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--ood",
+                    tiny_set["ood"], "--strategies", "E", "--retrievers", "dense", "--no-html", "--out", root / "gen",
+                    "--cache", tiny_set["cache"], "--generate")
+    assert first.returncode == 0, first.stderr
+    shutil.copytree(tiny_set["cache"] / "all-MiniLM-L6-v2" / "E", ix)
+    trained = citerag("train-reranker", "--index", ix, "--out", root / "rr-model", "--pairs", "64", "--json")
+    assert trained.returncode == 0, trained.stderr
+    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--ood",
+                   tiny_set["ood"], "--strategies", "E", "--retrievers", "dense,hybrid", "--out", out,
+                   "--cache", tiny_set["cache"], "--rerank", root / "rr-model", "--shortlist", "25", "--generate")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    plain = json.loads((root / "gen" / "report.json").read_text(encoding="utf-8"))
+    return {"report": report, "out": out, "stdout": done.stdout, "plain": plain, "plain_stdout": first.stdout}
+
+
+def test_rerank_adds_a_configuration_with_its_cost(reranked: dict[str, Any]) -> None:
+    report = reranked["report"]
+    ids = [c["id"] for c in report["configurations"]]
+    assert ids == ["E/dense/all-MiniLM-L6-v2", "E/hybrid/all-MiniLM-L6-v2", "E/hybrid+rerank/all-MiniLM-L6-v2"]
+    rr = report["configurations"][2]
+    assert rr["retriever"] == "hybrid+rerank" and rr["queries"] == 8
+    assert 0 <= rr["metrics"]["mrr"]["low"] <= rr["metrics"]["mrr"]["value"] <= rr["metrics"]["mrr"]["high"] <= 1
+    cost = rr["rerank_latency"]
+    assert cost["n"] == 18 and 0 < cost["p50_ms"] <= cost["p95_ms"] < 60_000  # 8 answerable + 10 OOD queries
+    assert report["configurations"][0]["rerank_latency"] is None
+    pair = next(p for p in report["paired"] if p["a"] == "E/hybrid/all-MiniLM-L6-v2" and p["b"] == ids[2])
+    assert [t["k"] for t in pair["tests"]] == [1, 4, 8, 20]
+    assert set(pair["rr"]) == {"wins", "losses", "p"} and pair["rr"]["wins"] + pair["rr"]["losses"] <= 8
+    assert set(report["queries"]["answerable"][ids[2]]) == set(report["queries"]["answerable"][ids[0]])
+    md = (reranked["out"] / "report.md").read_text(encoding="utf-8")
+    assert "| E | hybrid+rerank | all-MiniLM-L6-v2 |" in md and "## Rerank cost per query" in md
+    assert "hybrid+rerank" in (reranked["out"] / "report.html").read_text(encoding="utf-8")
+    assert "rerank p50" in reranked["stdout"]
+
+
+def test_generate_reports_answer_figures(reranked: dict[str, Any]) -> None:
+    report = reranked["report"]
+    a = report["answers"]
+    assert a["configuration"] == "E/dense+rerank/all-MiniLM-L6-v2" and a["generator"] == "extractive"
+    assert a["in_domain"] == 8 and a["ood"] == 10 and a["threshold"] == 0.675
+    answered = a["in_domain"] - a["refused"]["count"]
+    assert answered > 0
+    # The extractive generator puts [n] on every sentence it writes.
+    assert a["citation_accuracy"]["pooled"]["value"] == 1.0 and a["citation_accuracy"]["mean_over_answers"] == 1.0
+    assert a["flagged"] == 0 and a["invalid_markers"] == 0
+    assert 0 <= a["needle_supported"]["count"] <= a["needle_retrieved"] <= answered
+    assert set(a["latency"]) >= {"retrieve", "rerank", "total"} and a["latency"]["total"]["n"] == 18
+    assert a["latency"]["retrieve"]["p50_ms"] <= a["latency"]["retrieve"]["p99_ms"]
+    assert a["judge"] is None
+    md = (reranked["out"] / "report.md").read_text(encoding="utf-8")
+    assert "## Answers" in md and "OOD answered (bluffs)" in md
+
+
+def test_generate_matches_the_sweep_without_rerank(reranked: dict[str, Any]) -> None:
+    """On plain dense retrieval the pipeline's gate is the sweep's gate: the same refusals and bluffs."""
+    report = reranked["plain"]
+    a, conf = report["answers"], report["configurations"][0]
+    assert a["configuration"] == "E/dense/all-MiniLM-L6-v2"
+    assert a["refused"]["count"] == conf["calibration"]["at_reference"]["refused"]
+    assert a["bluffs"]["count"] == conf["calibration"]["at_reference"]["bluffs"]
+    assert a["needle_retrieved"] == conf["calibration"]["at_reference"]["supported"]
+    assert "rerank" not in a["latency"] and "answers E/dense/all-MiniLM-L6-v2 (extractive)" in reranked["plain_stdout"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--generate", "--judge"], "--judge needs an LLM: pass --generator llama or --generator openai"),
+    (["--judge"], "--judge needs --generate"),
+])
+def test_judge_needs_an_llm_generator(tiny_set: dict[str, Path], args: list[str], message: str) -> None:
+    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--out",
+                   tiny_set["root"] / "cli-judge", *args)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
+
+
+def test_judge_verdicts_are_parsed_defensively() -> None:
+    assert parse_judge('{"correctness": 1, "grounding": 0.5, "conciseness": 0}') == {
+        "correctness": 1.0, "grounding": 0.5, "conciseness": 0.0}
+    assert parse_judge('Sure! ```json\n{"correctness": "0.8", "grounding": 2, "conciseness": -1}\n```') == {
+        "correctness": 0.8, "grounding": 1.0, "conciseness": 0.0}
+    assert parse_judge('{"correctness": 1} then {"correctness": 0.2, "grounding": 0.3, "conciseness": 0.4}') == {
+        "correctness": 0.2, "grounding": 0.3, "conciseness": 0.4}
+    for bad in ("", "no json here", '{"correctness": "high", "grounding": 1, "conciseness": 1}',
+                '{"correctness": NaN, "grounding": 1, "conciseness": 1}', "[1, 2, 3]"):
+        assert parse_judge(bad) is None
+
+
+def test_paired_reciprocal_rank() -> None:
+    a = {"q1": 1, "q2": 3, "q3": None, "q4": 2}
+    b = {"q1": 2, "q2": 3, "q3": None, "q4": None}
+    assert paired_rr(a, b) == {"wins": 2, "losses": 0, "p": 0.5}
+    assert paired_rr(b, a) == {"wins": 0, "losses": 2, "p": 0.5}
