@@ -12,12 +12,9 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-import lxml.etree
-import lxml.html
-
 from citerag.errors import ExtractionError
 from citerag.extract.build import TextBuilder
-from citerag.extract.html import _SECTION_TAGS, _Blocks, _collapse, _text_of, _walk
+from citerag.extract.html import _SECTION_TAGS, html_blocks
 from citerag.extract.safe import SafeZip, local
 from citerag.types import Extracted
 
@@ -27,19 +24,7 @@ _ENTITY_DECL = re.compile(rb"<!ENTITY", re.I)
 def _chapter_blocks(data: bytes, what: str) -> tuple[str, list[tuple[str, str]]]:
     if _ENTITY_DECL.search(data):
         raise ExtractionError(f"{what} declares XML entities (possible entity bomb): refused")
-    parser = lxml.html.HTMLParser(huge_tree=True, no_network=True)
-    try:
-        root = lxml.html.document_fromstring(data, parser=parser)
-    except (lxml.etree.ParserError, ValueError):
-        return "", []
-    if any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log):
-        raise ExtractionError(f"{what}: HTML nested too deeply (over 2048 levels): refused rather than truncated")
-    head_title = root.find(".//title")
-    body = root.find("body")
-    out = _Blocks()
-    _walk(body if body is not None else root, out, 0)
-    out.flush()
-    return (_collapse(_text_of(head_title)) if head_title is not None else ""), out.blocks
+    return html_blocks(data, what)
 
 
 class EpubExtractor:

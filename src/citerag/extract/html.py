@@ -123,6 +123,27 @@ def _walk(el: lxml.etree._Element, out: _Blocks, depth: int) -> None:
     # section, pre, table, br: the tail is handled by the parent
 
 
+def html_blocks(data: bytes, what: str = "HTML") -> tuple[str, list[tuple[str, str]]]:
+    """(the <title> text, the body's (kind, text) blocks) of one HTML document; EPUB chapters use it too.
+
+    A document libxml2 finds empty gives no blocks; the caller decides whether that is an error.
+    """
+    parser = lxml.html.HTMLParser(huge_tree=True, no_network=True)
+    try:
+        root = lxml.html.document_fromstring(data, parser=parser)
+    except (lxml.etree.ParserError, ValueError):
+        return "", []
+    if any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log):
+        # libxml2 silently drops everything past its depth limit; refuse rather than lose text.
+        raise ExtractionError(f"{what} nested too deeply (over 2048 levels): refused rather than truncated")
+    head_title = root.find(".//title")
+    body = root.find("body")
+    out = _Blocks()
+    _walk(body if body is not None else root, out, 0)
+    out.flush()
+    return (_collapse(_text_of(head_title)) if head_title is not None else ""), out.blocks
+
+
 class HtmlExtractor:
     name = "html"
     version = "1"
@@ -133,26 +154,14 @@ class HtmlExtractor:
             raise ExtractionError("empty file: no text to index")
         if b"\x00" in data[:65536]:
             raise ExtractionError("binary data, not HTML (NUL bytes)")
-        parser = lxml.html.HTMLParser(huge_tree=True)
-        try:
-            root = lxml.html.document_fromstring(data, parser=parser)
-        except (lxml.etree.ParserError, ValueError) as exc:
-            raise ExtractionError(f"not parseable as HTML: {exc}") from exc
-        if any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log):
-            # libxml2 silently drops everything past its depth limit; refuse rather than lose text.
-            raise ExtractionError("HTML nested too deeply (over 2048 levels): refused rather than truncated")
-        head_title = root.find(".//title")
-        body = root.find("body")
-        out = _Blocks()
-        _walk(body if body is not None else root, out, 0)
-        out.flush()
-        if not out.blocks:
+        head_title, blocks = html_blocks(data)
+        if not blocks:
             raise ExtractionError("no readable text in the HTML body")
 
         parts: list[str] = []
         heads: list[tuple[str, int, int]] = []  # (title, start, body_start)
         pos = 0
-        for kind, text in out.blocks:
+        for kind, text in blocks:
             if parts:
                 pos += 2
             if kind in _SECTION_TAGS:
@@ -169,6 +178,5 @@ class HtmlExtractor:
             sections.append(Section(head, start, body_start, end))
 
         if title is None:
-            title = _collapse(_text_of(head_title)) if head_title is not None else ""
-            title = title or (heads[0][0] if heads else path.stem)
+            title = head_title or (heads[0][0] if heads else path.stem)
         return Extracted(canonical, title, sections, self.name, self.version)
