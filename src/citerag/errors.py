@@ -7,3 +7,11 @@ class CiteragError(Exception):
 
 class ExtractionError(CiteragError):
     """A document could not be turned into text; stored as the document's failure reason."""
+
+
+class StoreUnavailable(CiteragError):
+    """The store cannot be written or read: disk full, I/O error, read-only, locked.
+
+    An environment problem, not a document's: the run stops (no document is marked failed for it) and
+    `citerag retry` recovers once the cause is fixed.
+    """

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from citerag.answer.citations import cite, column_letters, locate
 from citerag.chunk import chunk_extracted
-from citerag.errors import CiteragError
 from citerag.store import ChunkStats, open_store
 from citerag.types import Chunk, Document, Extracted, Hit, Locator, Section, StoredChunk
 
@@ -67,17 +64,6 @@ def test_store_keeps_the_map_with_the_document(tmp_path: Path) -> None:
     store.save_failed(doc, sha256="s", stamps={}, error="boom")
     assert store.locators(doc) == []
     store.close()
-
-
-def test_an_index_of_another_schema_is_refused(tmp_path: Path) -> None:
-    ix = tmp_path / "ix"
-    open_store(ix, create=True).close()
-    db = sqlite3.connect(ix / "index.sqlite3")
-    db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    db.commit()
-    db.close()
-    with pytest.raises(CiteragError, match="schema version 1"):
-        open_store(ix)
 
 
 def test_section_prefix_goes_into_text_only() -> None:

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from citerag.errors import CiteragError
 from citerag.store.base import ChunkStats, Snapshot, Store
 
 
-def open_store(index_dir: Path, create: bool = False) -> Store:
-    from citerag.store.sqlite import SqliteStore
+def open_store(index_dir: Path, create: bool = False, *, busy_timeout: float | None = None) -> Store:
+    """Open the index in `index_dir`, upgrading an older schema in place; `create` makes a new one if none is there.
 
-    return SqliteStore(index_dir, create=create)
+    `busy_timeout` (seconds) is how long a write waits for another writer before StoreUnavailable.
+    """
+    from citerag.store.sqlite import BUSY_TIMEOUT_S, SqliteStore
+
+    return SqliteStore(index_dir, create=create, busy_timeout=BUSY_TIMEOUT_S if busy_timeout is None else busy_timeout)
 
 
-__all__ = ["ChunkStats", "Snapshot", "Store", "open_store"]
+def open_store_url(url: str, create: bool = False) -> Store:
+    """The factory: the backend a store URL names (`sqlite:///DIR`; PostgreSQL arrives with its own issue)."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() == "sqlite":
+        return open_store(Path(rest), create=create)
+    raise CiteragError(f"no store backend for {scheme}:// in this version of citerag (sqlite:///DIR is available)")
+
+
+__all__ = ["ChunkStats", "Snapshot", "Store", "open_store", "open_store_url"]

@@ -20,16 +20,31 @@ class ChunkStats:
 
 @dataclass
 class Snapshot:
-    """Everything search needs, read once: chunks in a fixed order and their vectors, row for row."""
+    """Everything search needs, read in one transaction: chunks in a fixed order and their vectors, row for row.
+
+    `texts` holds the canonical text of every document in `documents`, from the same read, so that
+    `texts[c.document_id][c.start:c.end] == c.content` for every chunk even while an indexer commits.
+    """
 
     chunks: list[StoredChunk]
     documents: dict[int, Document]
     vectors: np.ndarray
     excluded_documents: int = 0  # indexed with another embedding model: never mixed in
+    texts: dict[int, str] = field(default_factory=dict)
+    generation: int = 0  # the store generation read; a later `Store.generation()` differing means stale
 
 
 class Store(Protocol):
-    def documents(self) -> list[Document]: ...
+    """Documents, chunks and vectors. Every change is one transaction and bumps `generation()`.
+
+    `Document.error` is why a document failed (status 'failed'), or, for an 'indexed' one, why its newest
+    version could not replace the one still served (`set_error`). Environment failures (disk full, I/O,
+    read-only, locked) raise `citerag.errors.StoreUnavailable`, never a document's error.
+    """
+
+    def documents(self) -> list[Document]:
+        """Every document, ordered by source path (locators not loaded)."""
+        ...
 
     def document(self, doc_id: int) -> Document | None: ...
 
@@ -39,9 +54,17 @@ class Store(Protocol):
 
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
-                     stats: ChunkStats, locators: list[Locator] | None = None) -> None: ...
+                     stats: ChunkStats, locators: list[Locator] | None = None) -> None:
+        """Replace the document's version whole (chunks, vectors, text, locators) and clear its error."""
+        ...
 
-    def save_failed(self, doc_id: int, *, sha256: str, stamps: dict[str, Any], error: str) -> None: ...
+    def save_failed(self, doc_id: int, *, sha256: str, stamps: dict[str, Any], error: str) -> None:
+        """Mark the document failed with a reason and drop whatever version it had."""
+        ...
+
+    def set_error(self, doc_id: int, error: str | None) -> None:
+        """Record (or clear) a reason on the document and change nothing else: the indexed version stays served."""
+        ...
 
     def delete(self, doc_id: int) -> None: ...
 
@@ -53,6 +76,12 @@ class Store(Protocol):
 
     def chunk_stats(self) -> dict[int, ChunkStats]: ...
 
-    def snapshot(self, embedding_model: str) -> Snapshot: ...
+    def generation(self) -> int:
+        """A counter bumped in the same transaction as every change to documents or chunks; reads leave it."""
+        ...
+
+    def snapshot(self, embedding_model: str) -> Snapshot:
+        """Indexed documents of this embedding model, their chunks, vectors and texts, as of one commit."""
+        ...
 
     def close(self) -> None: ...

@@ -2,28 +2,36 @@
 
 Search is exact (a matrix product over every vector), which is what the evaluation measures and is
 fast enough for tens of thousands of chunks; an approximate index belongs to the server backends.
+
+Concurrency: the file is in WAL mode, so readers (search, `status`) never wait for the indexer and see
+whole commits only. Opening a current index reads and nothing else; only creating or upgrading one writes.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from citerag.errors import CiteragError
+from citerag.errors import CiteragError, StoreUnavailable
 from citerag.store.base import ChunkStats, Snapshot
 from citerag.types import Chunk, Document, Locator, StoredChunk
 
 DB_NAME = "index.sqlite3"
-SCHEMA_VERSION = "2"  # 2: documents.locators
+SCHEMA_VERSION = 3
+BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another writer before the store counts as unavailable
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
+# The current schema, as a new index gets it. An older index reaches the same shape through _MIGRATIONS.
+_CREATE = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE documents (
     id INTEGER PRIMARY KEY,
     source_path TEXT NOT NULL UNIQUE,
     name TEXT NOT NULL,
@@ -37,8 +45,8 @@ CREATE TABLE IF NOT EXISTS documents (
     canonical_text TEXT,
     locators TEXT NOT NULL DEFAULT '[]',
     updated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS chunks (
+)""",
+    """CREATE TABLE chunks (
     id INTEGER PRIMARY KEY,
     document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
     ordinal INTEGER NOT NULL,
@@ -50,11 +58,54 @@ CREATE TABLE IF NOT EXISTS chunks (
     tokens INTEGER NOT NULL,
     header_tokens INTEGER NOT NULL,
     vector BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chunks_by_document ON chunks(document_id, ordinal);
-"""
+)""",
+    "CREATE INDEX chunks_by_document ON chunks(document_id, ordinal)",
+    "INSERT INTO meta VALUES ('generation', '0')",
+)
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
+def _add_locators(db: sqlite3.Connection) -> None:
+    # Tolerant: an index whose marker was lost or rewritten may have the column already.
+    if "locators" not in _columns(db, "documents"):
+        db.execute("ALTER TABLE documents ADD COLUMN locators TEXT NOT NULL DEFAULT '[]'")
+
+
+def _add_generation(db: sqlite3.Connection) -> None:
+    db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")
+
+
+# (the version a step reaches, what it adds, the step). Steps run in order inside one write transaction,
+# so an upgrade is all or nothing; never edit a released step, append a new one.
+_MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
+    (2, "documents.locators: the extractor's locator map", _add_locators),
+    (3, "meta generation: bumped with every change, so readers know when their snapshot is stale", _add_generation),
+]
+assert _MIGRATIONS[-1][0] == SCHEMA_VERSION
 
 _DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at"
+
+# Failures of the machine rather than of a document or of the code: full disk, I/O, read-only file, lock timeout.
+_ENVIRONMENT_CODES = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_BUSY", "SQLITE_LOCKED",
+                      "SQLITE_CANTOPEN")
+_ENVIRONMENT_TEXTS = ("database or disk is full", "disk i/o error", "readonly database", "database is locked",
+                      "database table is locked", "unable to open")
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
+
+
+def _environment_cause(exc: BaseException) -> str | None:
+    """The cause, in one line, when `exc` says the store cannot be used at all; None for anything else."""
+    if isinstance(exc, sqlite3.OperationalError):
+        text = str(exc)
+        code = getattr(exc, "sqlite_errorname", "")
+        if code.startswith(_ENVIRONMENT_CODES) or any(t in text.lower() for t in _ENVIRONMENT_TEXTS):
+            return text
+    elif isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _now() -> str:
@@ -71,8 +122,12 @@ def _document(row: tuple[Any, ...]) -> Document:
                     stamps=json.loads(row[9]), updated_at=row[10])
 
 
+def _bump_generation(db: sqlite3.Connection) -> None:
+    db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+
 class SqliteStore:
-    def __init__(self, index_dir: Path, create: bool = False) -> None:
+    def __init__(self, index_dir: Path, create: bool = False, *, busy_timeout: float = BUSY_TIMEOUT_S) -> None:
         self.path = index_dir / DB_NAME
         if index_dir.exists() and not index_dir.is_dir():
             raise CiteragError(f"index path {index_dir} is not a directory")
@@ -84,47 +139,151 @@ class SqliteStore:
             except OSError as exc:
                 raise CiteragError(f"cannot create index directory {index_dir}: {exc.strerror}") from exc
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None)
-            self._db.execute("PRAGMA foreign_keys = ON")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            found = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+            with self._environment("open"):
+                self._db = sqlite3.connect(self.path, isolation_level=None)
         except sqlite3.DatabaseError as exc:
             raise CiteragError(f"cannot open index at {index_dir}: {exc}") from exc
-        if found != SCHEMA_VERSION:
+        try:
+            self._open(index_dir, create, busy_timeout)
+        except BaseException:
             self._db.close()
-            raise CiteragError(f"the index at {index_dir} has schema version {found}, this citerag needs "
-                               f"{SCHEMA_VERSION}: delete the index directory and ingest again")
+            raise
+
+    def _open(self, index_dir: Path, create: bool, busy_timeout: float) -> None:
+        # Connection settings only: nothing here writes to the file.
+        self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        self._db.execute("PRAGMA foreign_keys = ON")
+        try:
+            with self._environment("open"):
+                found = self._schema_version()
+                if found == SCHEMA_VERSION:
+                    return
+                self._check_upgradable(index_dir, found, create)
+                self._upgrade(index_dir, create)
+        except sqlite3.DatabaseError as exc:
+            raise CiteragError(f"cannot open index at {index_dir}: {exc}") from exc
+
+    def _check_upgradable(self, index_dir: Path, found: int | None, create: bool) -> None:
+        if found is None and not create:
+            raise CiteragError(f"no index at {index_dir} ({self.path} is an empty database): "
+                               "run `citerag ingest PATH` first")
+        if found is not None and found > SCHEMA_VERSION:
+            raise CiteragError(f"the index at {index_dir} has schema version {found}, this citerag knows up to "
+                               f"{SCHEMA_VERSION}: upgrade citerag")
+
+    def _schema_version(self) -> int | None:
+        """The version the file is at, None for an empty database (no tables at all)."""
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "meta" in tables:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is not None:
+                try:
+                    return int(row[0])
+                except ValueError:
+                    raise CiteragError(f"the index at {self.path.parent} has an unreadable schema version "
+                                       f"{row[0]!r}") from None
+        if "documents" in tables:
+            # A lost marker is no proof of the current schema: read the version off the columns (1 had no locators).
+            return 2 if "locators" in _columns(self._db, "documents") else 1
+        if tables:
+            raise CiteragError(f"{self.path} is not a citerag index (tables: {', '.join(sorted(tables))})")
+        return None
+
+    def _upgrade(self, index_dir: Path, create: bool) -> None:
+        """Create the schema or migrate to it, in one write transaction, before anything reads the index."""
+        # WAL is a property of the file: set once by the writer that creates or upgrades it, never by readers.
+        self._db.execute("PRAGMA journal_mode = WAL")
+        with self._write():
+            found = self._schema_version()  # again, under the write lock: another process may have upgraded it
+            self._check_upgradable(index_dir, found, create)
+            if found == SCHEMA_VERSION:
+                return
+            if found is None:
+                for statement in _CREATE:
+                    self._db.execute(statement)
+            else:
+                self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                for version, _what, step in _MIGRATIONS:
+                    if version > found:
+                        step(self._db)
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
         self._db.close()
 
+    @contextmanager
+    def _environment(self, doing: str) -> Iterator[None]:
+        """Turn a full disk, an I/O error, a read-only file or a lock timeout into StoreUnavailable."""
+        try:
+            yield
+        except (sqlite3.OperationalError, OSError) as exc:
+            cause = _environment_cause(exc)
+            if cause is None:
+                raise
+            raise StoreUnavailable(f"cannot {doing} the index at {self.path}: {cause}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back whole on any error (autocommit mode otherwise)."""
+        with self._environment("write"):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                # SQLite rolls back by itself on some errors (a full disk); a second ROLLBACK would fail.
+                # If ROLLBACK fails too, the original error is the one to report; closing undoes the rest.
+                if self._db.in_transaction:
+                    with suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: under WAL every statement in it sees the same commit."""
+        with self._environment("read"):
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")  # ends the read; there is nothing to write
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        with self._environment("read"):
+            return self._db.execute(sql, args).fetchall()
+
     def _one(self, where: str, arg: Any) -> Document | None:
-        row = self._db.execute(f"SELECT {_DOC_COLUMNS} FROM documents WHERE {where}", (arg,)).fetchone()
-        return _document(row) if row else None
+        rows = self._rows(f"SELECT {_DOC_COLUMNS} FROM documents WHERE {where}", (arg,))
+        return _document(rows[0]) if rows else None
 
     def documents(self) -> list[Document]:
-        rows = self._db.execute(f"SELECT {_DOC_COLUMNS} FROM documents ORDER BY source_path").fetchall()
-        return [_document(r) for r in rows]
+        return [_document(r) for r in self._rows(f"SELECT {_DOC_COLUMNS} FROM documents ORDER BY source_path")]
 
     def document(self, doc_id: int) -> Document | None:
-        doc = self._one("id = ?", doc_id)
-        if doc:
-            doc.locators = self.locators(doc_id)
+        rows = self._rows(f"SELECT {_DOC_COLUMNS}, locators FROM documents WHERE id = ?", (doc_id,))
+        if not rows:
+            return None
+        doc = _document(rows[0])
+        doc.locators = [Locator.from_json(d) for d in json.loads(rows[0][-1])]
         return doc
 
     def locators(self, doc_id: int) -> list[Locator]:
-        row = self._db.execute("SELECT locators FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return [Locator.from_json(d) for d in json.loads(row[0])] if row else []
+        rows = self._rows("SELECT locators FROM documents WHERE id = ?", (doc_id,))
+        return [Locator.from_json(d) for d in json.loads(rows[0][0])] if rows else []
 
     def document_by_path(self, source_path: str) -> Document | None:
         return self._one("source_path = ?", source_path)
 
+    def generation(self) -> int:
+        rows = self._rows("SELECT value FROM meta WHERE key = 'generation'")
+        return int(rows[0][0])
+
     def add_pending(self, source_path: str, name: str, sha256: str) -> int:
-        cur = self._db.execute(
-            "INSERT INTO documents (source_path, name, sha256, status, updated_at) VALUES (?, ?, ?, 'pending', ?)",
-            (source_path, name, sha256, _now()))
+        with self._write() as db:
+            cur = db.execute(
+                "INSERT INTO documents (source_path, name, sha256, status, updated_at)"
+                " VALUES (?, ?, ?, 'pending', ?)", (source_path, name, sha256, _now()))
+            _bump_generation(db)
         return int(cur.lastrowid or 0)
 
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
@@ -138,38 +297,49 @@ class SqliteStore:
         rows = [(doc_id, i, c.text, c.content, c.section, c.start, c.end, stats.tokens[i],
                  stats.header_tokens[i], vecs[i].tobytes()) for i, c in enumerate(chunks)]
         # One transaction: readers see the old version of the document or the new one, never half.
-        with self._transaction():
-            self._db.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
-            self._db.executemany(
+        with self._write() as db:
+            db.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+            db.executemany(
                 "INSERT INTO chunks (document_id, ordinal, text, content, section, start_offset, end_offset,"
                 " tokens, header_tokens, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            self._db.execute(
+            db.execute(
                 "UPDATE documents SET title = ?, sha256 = ?, status = 'indexed', error = NULL, warnings = ?,"
                 " chunk_count = ?, stamps = ?, canonical_text = ?, locators = ?, updated_at = ? WHERE id = ?",
                 (title, sha256, json.dumps(warnings), len(chunks), json.dumps(stamps, sort_keys=True),
                  canonical_text, _locators_json(locators or []), _now(), doc_id))
+            _bump_generation(db)
 
     def save_failed(self, doc_id: int, *, sha256: str, stamps: dict[str, Any], error: str) -> None:
-        with self._transaction():
-            self._db.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
-            self._db.execute(
+        with self._write() as db:
+            db.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+            cur = db.execute(
                 "UPDATE documents SET sha256 = ?, status = 'failed', error = ?, chunk_count = 0, stamps = ?,"
                 " canonical_text = NULL, locators = '[]', updated_at = ? WHERE id = ?",
                 (sha256, error, json.dumps(stamps, sort_keys=True), _now(), doc_id))
+            if cur.rowcount:
+                _bump_generation(db)
+
+    def set_error(self, doc_id: int, error: str | None) -> None:
+        # The reason only: status, chunks, text, stamps, sha256 and updated_at still describe the served version,
+        # so a failed re-index neither hides the old version nor makes it look current.
+        with self._write() as db:
+            if db.execute("UPDATE documents SET error = ? WHERE id = ?", (error, doc_id)).rowcount:
+                _bump_generation(db)
 
     def delete(self, doc_id: int) -> None:
-        with self._transaction():
-            self._db.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+        with self._write() as db:
+            if db.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount:
+                _bump_generation(db)
 
     def canonical_text(self, doc_id: int) -> str:
-        row = self._db.execute("SELECT canonical_text FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        if not row or row[0] is None:
+        rows = self._rows("SELECT canonical_text FROM documents WHERE id = ?", (doc_id,))
+        if not rows or rows[0][0] is None:
             raise CiteragError(f"document {doc_id} has no indexed text")
-        return str(row[0])
+        return str(rows[0][0])
 
     def chunk_stats(self) -> dict[int, ChunkStats]:
         out: dict[int, ChunkStats] = {}
-        for doc_id, tokens, header in self._db.execute(
+        for doc_id, tokens, header in self._rows(
                 "SELECT document_id, tokens, header_tokens FROM chunks ORDER BY document_id, ordinal"):
             stats = out.setdefault(doc_id, ChunkStats())
             stats.tokens.append(tokens)
@@ -177,35 +347,31 @@ class SqliteStore:
         return out
 
     def snapshot(self, embedding_model: str) -> Snapshot:
-        docs = {d.id: d for d in self.documents() if d.status == "indexed"}
-        usable = {i for i, d in docs.items() if d.stamps.get("embedding_model") == embedding_model}
-        for i in usable:
-            docs[i].locators = self.locators(i)
-        chunks, blobs = [], []
-        for row in self._db.execute(
-                "SELECT c.id, c.document_id, c.ordinal, c.text, c.content, c.section, c.start_offset,"
-                " c.end_offset, c.vector FROM chunks c JOIN documents d ON d.id = c.document_id"
-                " WHERE d.status = 'indexed' ORDER BY c.document_id, c.ordinal"):
-            if row[1] in usable:
-                chunks.append(StoredChunk(*row[:8]))
-                blobs.append(row[8])
+        # Documents, texts, chunks and vectors from one read transaction: a commit landing between two of
+        # these queries would otherwise pair chunks with another version's text (torn reads).
+        with self._read() as db:
+            generation = int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+            docs: dict[int, Document] = {}
+            texts: dict[int, str] = {}
+            excluded = 0
+            for row in db.execute(f"SELECT {_DOC_COLUMNS}, locators, canonical_text FROM documents"
+                                  " WHERE status = 'indexed' ORDER BY source_path"):
+                doc = _document(row)
+                if doc.stamps.get("embedding_model") != embedding_model:
+                    excluded += 1
+                    continue
+                doc.locators = [Locator.from_json(d) for d in json.loads(row[-2])]
+                docs[doc.id] = doc
+                texts[doc.id] = row[-1]
+            chunks, blobs = [], []
+            for row in db.execute(
+                    "SELECT c.id, c.document_id, c.ordinal, c.text, c.content, c.section, c.start_offset,"
+                    " c.end_offset, c.vector FROM chunks c JOIN documents d ON d.id = c.document_id"
+                    " WHERE d.status = 'indexed' ORDER BY c.document_id, c.ordinal"):
+                if row[1] in docs:
+                    chunks.append(StoredChunk(*row[:8]))
+                    blobs.append(row[8])
         dim = len(blobs[0]) // 4 if blobs else 0
         vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim) if blobs \
             else np.zeros((0, 0), dtype=np.float32)
-        return Snapshot(chunks, {i: docs[i] for i in usable}, vectors, len(docs) - len(usable))
-
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (autocommit mode otherwise)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        return Snapshot(chunks, docs, vectors, excluded, texts=texts, generation=generation)

@@ -1,0 +1,288 @@
+"""What every store backend must do, as one test class each backend's test module subclasses.
+
+    class TestSqliteStore(StoreContract):
+        write_error = sqlite3.IntegrityError   # what the database raises on a NOT NULL violation
+
+        @pytest.fixture()
+        def make_store(self, tmp_path): ...  # make_store(name, create=True) -> Store
+
+`make_store` called twice with the same name opens the same store through a second connection, as another
+process would. The documents are real text (Debian Reference sections), cut into paragraphs at offsets found
+in the text, as the chunkers do; the vectors are random unit vectors of dimension 8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from citerag.errors import CiteragError
+from citerag.store import ChunkStats, Store
+from citerag.types import Chunk, Locator
+from corpus_paths import DATA
+
+MakeStore = Callable[..., Store]
+DIM = 8
+MODEL = "test-encoder-8d"
+
+
+@dataclass
+class RealDocument:
+    path: str
+    name: str
+    title: str
+    text: str
+    chunks: list[Chunk]
+    vectors: np.ndarray
+    locators: list[Locator]
+
+    @property
+    def stats(self) -> ChunkStats:
+        return ChunkStats([len(c.text) // 4 for c in self.chunks], [len(c.header) // 4 for c in self.chunks])
+
+
+def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def real_document(chapter: str, number: str, seed: int = 0) -> RealDocument:
+    """Section `number` ("1.1.3.") of a Debian Reference chapter, one chunk per paragraph."""
+    source = (DATA / "markdown" / "debian-reference" / chapter).read_text(encoding="utf-8")
+    start = source.index(f"\n### {number}") + 1
+    end = source.find("\n### ", start)
+    text = source[start:end + 1 if end >= 0 else len(source)]
+    section = text[:text.index("\n")].lstrip("# ")
+    title = source[source.index("\n# ") + 3:].split("\n", 1)[0]
+    chunks: list[Chunk] = []
+    cursor = text.index("\n") + 1
+    for para in (p.strip() for p in text[cursor:].split("\n\n")):
+        if not para:
+            continue
+        begin = text.index(para, cursor)
+        cursor = begin + len(para)
+        header = f"[{title} > {section}]"
+        chunks.append(Chunk(f"{header}\n{para}", para, section, begin, cursor, header))
+    middle = text.index("\n\n", len(text) // 2) + 2  # as if printed on two pages
+    locators = [Locator(0, middle, page=7), Locator(middle, len(text), page=8)]
+    name = f"{chapter.removesuffix('.md')}-{number.rstrip('.')}.md"
+    return RealDocument(f"/srv/docs/debian-reference/{name}", name, title, text, chunks,
+                        unit_vectors(len(chunks), seed), locators)
+
+
+ROOT_ACCOUNT = real_document("ch01.md", "1.1.3.", seed=1)
+LAN_RANGES = real_document("ch05.md", "5.1.3.", seed=2)
+MTU = real_document("ch05.md", "5.5.1.", seed=3)
+
+
+def save(store: Store, doc_id: int, doc: RealDocument, model: str = MODEL, *, sha256: str = "s1",
+         chunks: list[Chunk] | None = None, vectors: np.ndarray | None = None) -> None:
+    chunks = doc.chunks if chunks is None else chunks
+    store.save_indexed(doc_id, title=doc.title, sha256=sha256, stamps={"embedding_model": model, "strategy": "E"},
+                       canonical_text=doc.text, warnings=[], chunks=chunks,
+                       vectors=doc.vectors[:len(chunks)] if vectors is None else vectors,
+                       stats=ChunkStats([5] * len(chunks), [2] * len(chunks)), locators=doc.locators)
+
+
+def add(store: Store, doc: RealDocument, model: str = MODEL) -> int:
+    doc_id = store.add_pending(doc.path, doc.name, "s0")
+    save(store, doc_id, doc, model)
+    return doc_id
+
+
+class StoreContract:
+    write_error: type[BaseException] = Exception  # what a NOT NULL violation raises in this backend
+
+    @pytest.fixture()
+    def make_store(self) -> MakeStore:
+        raise NotImplementedError("a backend's test class provides make_store(name, create=True) -> Store")
+
+    def test_a_new_store_is_empty(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        assert store.documents() == [] and store.chunk_stats() == {}
+        snap = store.snapshot(MODEL)
+        assert snap.chunks == [] and snap.documents == {} and snap.texts == {} and len(snap.vectors) == 0
+        assert snap.generation == store.generation()
+
+    def test_pending_documents_are_listed_by_path(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        ids = {path: store.add_pending(path, path.rsplit("/", 1)[1], f"sha-{path}")
+               for path in ("/docs/b.md", "/docs/a/z.md", "/docs/c.pdf")}
+        assert len(set(ids.values())) == 3
+        assert [d.source_path for d in store.documents()] == ["/docs/a/z.md", "/docs/b.md", "/docs/c.pdf"]
+        doc = store.document(ids["/docs/b.md"])
+        assert doc is not None and (doc.status, doc.name, doc.sha256, doc.chunk_count, doc.error) == \
+            ("pending", "b.md", "sha-/docs/b.md", 0, None)
+        assert store.document_by_path("/docs/c.pdf") == store.documents()[2]
+        assert store.document(max(ids.values()) + 100) is None and store.document_by_path("/nowhere") is None
+        with pytest.raises(CiteragError, match="no indexed text"):
+            store.canonical_text(ids["/docs/b.md"])
+
+    def test_an_indexed_document_round_trips(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc_id = store.add_pending(ROOT_ACCOUNT.path, ROOT_ACCOUNT.name, "s0")
+        store.save_indexed(doc_id, title=ROOT_ACCOUNT.title, sha256="s1", stamps={"embedding_model": MODEL, "n": 1},
+                           canonical_text=ROOT_ACCOUNT.text, warnings=["a table was flattened"],
+                           chunks=ROOT_ACCOUNT.chunks, vectors=ROOT_ACCOUNT.vectors, stats=ROOT_ACCOUNT.stats,
+                           locators=ROOT_ACCOUNT.locators)
+        doc = store.document(doc_id)
+        assert doc is not None
+        assert (doc.status, doc.title, doc.sha256, doc.error, doc.chunk_count, doc.warnings, doc.stamps) == \
+            ("indexed", ROOT_ACCOUNT.title, "s1", None, len(ROOT_ACCOUNT.chunks),
+             ["a table was flattened"], {"embedding_model": MODEL, "n": 1})
+        assert doc.locators == ROOT_ACCOUNT.locators == store.locators(doc_id)
+        assert store.canonical_text(doc_id) == ROOT_ACCOUNT.text
+        stats = store.chunk_stats()[doc_id]
+        assert (stats.tokens, stats.header_tokens) == (ROOT_ACCOUNT.stats.tokens, ROOT_ACCOUNT.stats.header_tokens)
+        snap = store.snapshot(MODEL)
+        assert [(c.content, c.text, c.section, c.start, c.end, c.ordinal) for c in snap.chunks] == \
+            [(c.content, c.text, c.section, c.start, c.end, i) for i, c in enumerate(ROOT_ACCOUNT.chunks)]
+        np.testing.assert_array_equal(snap.vectors, ROOT_ACCOUNT.vectors)
+        assert snap.vectors.dtype == np.float32
+        assert snap.documents[doc_id].locators == ROOT_ACCOUNT.locators
+
+    def test_a_reindex_replaces_the_version_whole(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc_id = add(store, ROOT_ACCOUNT)
+        save(store, doc_id, LAN_RANGES, sha256="s2")  # the same file now holds other text
+        assert store.canonical_text(doc_id) == LAN_RANGES.text
+        snap = store.snapshot(MODEL)
+        assert [c.content for c in snap.chunks] == [c.content for c in LAN_RANGES.chunks]
+        assert store.chunk_stats()[doc_id].tokens == [5] * len(LAN_RANGES.chunks)
+        assert store.locators(doc_id) == LAN_RANGES.locators
+        save(store, doc_id, LAN_RANGES, chunks=[])  # a document with no text left keeps no chunks
+        assert store.snapshot(MODEL).chunks == [] and store.document(doc_id).chunk_count == 0  # type: ignore[union-attr]
+
+    def test_snapshot_texts_agree_with_every_chunk(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        ids = [add(store, doc) for doc in (MTU, ROOT_ACCOUNT, LAN_RANGES)]
+        snap = store.snapshot(MODEL)
+        assert set(snap.texts) == set(snap.documents) == set(ids)
+        assert len(snap.chunks) == len(snap.vectors) == sum(len(d.chunks) for d in (MTU, ROOT_ACCOUNT, LAN_RANGES))
+        for chunk in snap.chunks:
+            assert snap.texts[chunk.document_id][chunk.start:chunk.end] == chunk.content
+        # Chunks come in a fixed order, vectors row for row.
+        assert [(c.document_id, c.ordinal) for c in snap.chunks] == sorted((c.document_id, c.ordinal)
+                                                                           for c in snap.chunks)
+        np.testing.assert_allclose(np.linalg.norm(snap.vectors, axis=1), 1.0, atol=1e-5)
+        assert snap.generation == store.generation()
+
+    def test_snapshot_never_mixes_embedding_models(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        a = add(store, ROOT_ACCOUNT, model="m1")
+        b = add(store, LAN_RANGES, model="m2")
+        store.add_pending("/docs/pending.md", "pending.md", "s")
+        failed = store.add_pending("/docs/bad.pdf", "bad.pdf", "s")
+        store.save_failed(failed, sha256="s", stamps={"embedding_model": "m1"}, error="encrypted PDF")
+        snap = store.snapshot("m1")
+        assert set(snap.documents) == set(snap.texts) == {a} and snap.excluded_documents == 1
+        assert {c.document_id for c in snap.chunks} == {a}
+        snap2 = store.snapshot("m2")
+        assert set(snap2.documents) == {b} and snap2.excluded_documents == 1
+        assert store.snapshot("m3").excluded_documents == 2 and store.snapshot("m3").chunks == []
+
+    def test_vectors_must_be_unit_length_and_one_per_chunk(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc_id = store.add_pending(ROOT_ACCOUNT.path, ROOT_ACCOUNT.name, "s0")
+        before = store.generation()
+        with pytest.raises(ValueError, match="unit length"):
+            save(store, doc_id, ROOT_ACCOUNT, vectors=ROOT_ACCOUNT.vectors * 2)
+        with pytest.raises(ValueError, match="one vector per chunk"):
+            save(store, doc_id, ROOT_ACCOUNT, vectors=ROOT_ACCOUNT.vectors[:1])
+        assert store.document(doc_id).status == "pending" and store.generation() == before  # type: ignore[union-attr]
+
+    def test_a_failing_write_leaves_the_previous_version_whole(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc = add(store, ROOT_ACCOUNT)
+        before = store.generation()
+        # The second chunk violates NOT NULL inside the transaction: nothing of the new version may show.
+        bad = [LAN_RANGES.chunks[0], Chunk("x", None, "", 0, 1)]  # type: ignore[arg-type]
+        with pytest.raises(self.write_error):
+            save(store, doc, LAN_RANGES, chunks=bad)
+        snap = store.snapshot(MODEL)
+        assert [c.content for c in snap.chunks] == [c.content for c in ROOT_ACCOUNT.chunks]
+        assert snap.texts[doc] == ROOT_ACCOUNT.text and store.locators(doc) == ROOT_ACCOUNT.locators
+        assert store.document(doc).chunk_count == len(ROOT_ACCOUNT.chunks)  # type: ignore[union-attr]
+        assert store.generation() == before
+        # A second connection (another process) sees the same.
+        assert make_store("ix", create=False).snapshot(MODEL).vectors.shape == (len(ROOT_ACCOUNT.chunks), DIM)
+
+    def test_failed_documents_keep_their_reason_and_lose_their_chunks(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc = add(store, ROOT_ACCOUNT)
+        store.save_failed(doc, sha256="s2", stamps={"extractor": "markdown"}, error="binary data, not text")
+        d = store.document(doc)
+        assert d is not None and (d.status, d.error, d.chunk_count, d.sha256, d.stamps, d.locators) == \
+            ("failed", "binary data, not text", 0, "s2", {"extractor": "markdown"}, [])
+        assert store.snapshot(MODEL).chunks == [] and store.chunk_stats() == {}
+        with pytest.raises(CiteragError, match="no indexed text"):
+            store.canonical_text(doc)
+        save(store, doc, ROOT_ACCOUNT)  # a retry that works clears the reason
+        assert store.document(doc).error is None  # type: ignore[union-attr]
+
+    def test_set_error_keeps_the_served_version(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc = add(store, ROOT_ACCOUNT)
+        old = store.document(doc)
+        before = store.generation()
+        store.set_error(doc, "re-index failed: the new file is not UTF-8")
+        new = store.document(doc)
+        assert new is not None and old is not None
+        assert new.error == "re-index failed: the new file is not UTF-8" and store.generation() > before
+        assert (new.status, new.sha256, new.stamps, new.chunk_count, new.title, new.locators, new.updated_at) == \
+            (old.status, old.sha256, old.stamps, old.chunk_count, old.title, old.locators, old.updated_at)
+        assert store.canonical_text(doc) == ROOT_ACCOUNT.text
+        snap = store.snapshot(MODEL)
+        assert [c.content for c in snap.chunks] == [c.content for c in ROOT_ACCOUNT.chunks]
+        assert snap.documents[doc].error == new.error  # search still serves it, and can say why it is old
+        store.set_error(doc, None)
+        assert store.document(doc).error is None  # type: ignore[union-attr]
+        store.set_error(doc, "again")
+        save(store, doc, ROOT_ACCOUNT)
+        assert store.document(doc).error is None  # type: ignore[union-attr]
+
+    def test_delete_takes_the_chunks_along(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        a, b = add(store, ROOT_ACCOUNT), add(store, LAN_RANGES)
+        store.delete(a)
+        assert store.document(a) is None and [d.id for d in store.documents()] == [b]
+        assert set(store.chunk_stats()) == {b} and {c.document_id for c in store.snapshot(MODEL).chunks} == {b}
+        # The path is free again.
+        assert store.add_pending(ROOT_ACCOUNT.path, ROOT_ACCOUNT.name, "s") not in (a, b)
+
+    def test_generation_moves_with_every_change_and_only_then(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        seen = [store.generation()]
+
+        def changed() -> None:
+            seen.append(store.generation())
+            assert seen[-1] > seen[-2], seen
+
+        doc = store.add_pending(ROOT_ACCOUNT.path, ROOT_ACCOUNT.name, "s0")
+        changed()
+        save(store, doc, ROOT_ACCOUNT)
+        changed()
+        store.set_error(doc, "newer version failed")
+        changed()
+        save(store, doc, ROOT_ACCOUNT, sha256="s2")
+        changed()
+        store.save_failed(doc, sha256="s3", stamps={}, error="gone bad")
+        changed()
+        store.delete(doc)
+        changed()
+        # Reads leave it alone.
+        store.documents()
+        store.document(doc)
+        store.document_by_path(ROOT_ACCOUNT.path)
+        store.chunk_stats()
+        store.locators(doc)
+        snap = store.snapshot(MODEL)
+        assert store.generation() == seen[-1] == snap.generation
+        # Another connection sees the same counter, and the first sees the other's changes.
+        other = make_store("ix", create=False)
+        assert other.generation() == seen[-1]
+        add(other, LAN_RANGES)
+        assert store.generation() > seen[-1] and store.snapshot(MODEL).generation == other.generation()
