@@ -3,6 +3,11 @@
 The binary is called directly (no Python wrapper needed) with TSV output, which gives each word its
 block, paragraph and line and a confidence 0-100; the page confidence is the mean over words.
 Page segmentation mode 1 detects orientation, so rotated scans are read upright.
+
+Tesseract is a Debian package, not a Python dependency: without it, image-only PDF pages are not read
+and say so (`TESSERACT_MISSING`). An engine whose models ship in its wheel (RapidOCR) was measured
+against it on the scanned sample and lost (three times the character and word error rates, 2.6 times
+slower per page): benchmarks/ocr_engines.py.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from citerag.errors import ExtractionError
 
 OCR_TIMEOUT_S = 180
+TESSERACT_MISSING = "tesseract not installed: apt-get install tesseract-ocr"
 
 
 @dataclass

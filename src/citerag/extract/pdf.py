@@ -39,7 +39,7 @@ from typing import Any
 
 from citerag.errors import ExtractionError
 from citerag.extract.build import TextBuilder
-from citerag.extract.ocr import OcrPage, ocr_image, tesseract_available
+from citerag.extract.ocr import TESSERACT_MISSING, OcrPage, ocr_image, tesseract_available
 from citerag.types import Extracted
 
 _QUOTES = str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'", "‚": "'",
@@ -283,7 +283,7 @@ class PdfExtractor:
             finally:
                 page.close()
         if ocr_missing:
-            warnings.append("image-only pages were not read: Tesseract (package tesseract-ocr) is not installed")
+            warnings.append(f"image-only pages were not read: {TESSERACT_MISSING}")
         if ocr_skipped:
             warnings.append(f"OCR limits ({MAX_OCR_PAGES} pages, {MAX_OCR_SECONDS:g} s per document) reached: "
                             f"{ocr_skipped} image-only page(s) were not read")
@@ -333,7 +333,7 @@ class PdfExtractor:
                 meta = ""
             title = " ".join(_clean(meta).split()) or path.stem
         if out.empty and ocr_missing:
-            raise ExtractionError("no text layer, and Tesseract (tesseract-ocr) is not installed to OCR it")
+            raise ExtractionError(f"no text layer, and no OCR to read its images: {TESSERACT_MISSING}")
         return out.build(title, self.name, self.version, warnings, what="PDF (no text layer, nothing OCR'd)")
 
     def _ocr(self, page: Any, number: int, warnings: list[str]) -> OcrPage | None:
