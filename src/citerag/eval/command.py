@@ -9,10 +9,9 @@ from typing import Any
 
 import click
 
+from citerag.app import MODES, AskOptions, Citerag, Collection, Settings
 from citerag.cli_options import generator_options
-from citerag.config import Config
 from citerag.errors import CiteragError
-from citerag.search import MODES
 
 ALL_STRATEGIES = "A,B,C,D,E,F"
 
@@ -36,19 +35,12 @@ def _write(path: Path, text: str) -> None:
         raise CiteragError(f"cannot write {path}: {exc.strerror}") from exc
 
 
-def _generate_hook(qs: list[Any], oods: list[Any], cfg: Config, *, mode: str, reranker: Any, shortlist: int,
-                   judge: bool) -> Any:
-    """What run_eval calls with the default configuration's retriever: the answer-level figures."""
-    from citerag.answer.generators import make_generator
+def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: bool) -> Any:
+    """What run_eval calls with the default configuration's collection: the answer-level figures."""
     from citerag.eval.answers import evaluate_answers
-    from citerag.search import Retriever
 
-    def hook(retriever: Retriever, index_dir: Path) -> dict[str, Any]:
-        gen = make_generator(cfg, lambda: retriever.encoder)
-        return evaluate_answers(retriever, index_dir, qs, oods, gen, threshold=cfg.threshold,
-                                max_sources=cfg.max_sources, mode=mode, k=cfg.k, reranker=reranker,
-                                shortlist=shortlist, judge=gen if judge else None,
-                                log=lambda s: click.echo(s, err=True))
+    def hook(collection: Collection) -> dict[str, Any]:
+        return evaluate_answers(collection, qs, oods, options, judge=judge, log=lambda s: click.echo(s, err=True))
 
     return hook
 
@@ -117,24 +109,26 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CiteragError(f"cannot create {out}: {exc.strerror}") from exc
-    ref = Config().threshold if threshold is None else threshold
-    reranker = None
+    # Every index of the run starts from these settings (never from the environment or a config file: the
+    # evaluation measures exactly what its flags say).
+    defaults = Settings().with_changes(threshold=threshold, generator=generator, llm_model_path=llm_model_path,
+                                   openai_base_url=openai_base_url, openai_model=openai_model,
+                                   generator_timeout=generator_timeout)
+    ref = defaults.threshold
+    app = Citerag()
     if rerank_model:
-        from citerag.search.rerank import load_reranker
-
-        reranker = load_reranker(rerank_model)
+        app.reranker(rerank_model)  # fail fast on a bad folder, before hours of embedding
     hook = None
     if generate:
-        given: dict[str, Any] = {"llm_model_path": llm_model_path, "openai_base_url": openai_base_url,
-                                 "openai_model": openai_model, "generator_timeout": generator_timeout}
-        overrides = {k: v for k, v in given.items() if v is not None}
-        hook = _generate_hook(qs, oods, Config(threshold=ref, generator=generator, **overrides),
-            mode="dense" if "dense" in retriever_list else retriever_list[0], reranker=reranker,
-            shortlist=shortlist, judge=judge)
-    run = run_eval(corpus, qs, oods, strategies=strategy_list, retrievers=retriever_list, embedders=embedder_list,
-                   cache=cache or out / "indexes", exclude=exclude, log=lambda s: click.echo(s, err=True),
-                   reranker=reranker, shortlist=shortlist, generate=hook,
-                   generate_strategy="E" if "E" in strategy_list else strategy_list[0])
+        options = AskOptions(mode="dense" if "dense" in retriever_list else retriever_list[0],
+                             rerank_model=rerank_model or "", shortlist=shortlist)
+        hook = _generate_hook(qs, oods, options, judge)
+    with app:
+        run = run_eval(corpus, qs, oods, strategies=strategy_list, retrievers=retriever_list,
+                       embedders=embedder_list, cache=cache or out / "indexes", exclude=exclude,
+                       log=lambda s: click.echo(s, err=True), rerank_model=rerank_model or "", shortlist=shortlist,
+                       generate=hook, generate_strategy="E" if "E" in strategy_list else strategy_list[0],
+                       settings=defaults, app=app)
     settings = {"corpus": str(corpus), "questions": str(questions), "ood": str(ood) if ood else None,
                 "strategies": strategy_list, "retrievers": retriever_list, "embedders": embedder_list,
                 "exclude": list(exclude), "rerank": rerank_model or None,

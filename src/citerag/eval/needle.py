@@ -9,19 +9,13 @@ cut heading lines into chunks; blind cuts (A, B) do, which `check_needles` repor
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from citerag.chunk import header_for
 from citerag.eval.truth import Question
+from citerag.text import collapse
 from citerag.types import Document, Extracted, StoredChunk
-
-_WS = re.compile(r"\s+")
-
-
-def collapse(s: str) -> str:
-    return _WS.sub(" ", s)
 
 
 def chunk_body(chunk: StoredChunk, document: Document) -> str:

@@ -14,19 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from citerag.app import MODES, Citerag, Collection, SearchOptions, Settings, discover, extract_file
 from citerag.chunk import STRATEGIES
-from citerag.config import Config
-from citerag.embed import Encoder, load_encoder
 from citerag.errors import CiteragError
-from citerag.eval.needle import NeedleProblem, check_needles, chunk_body, collapse, destroyed
+from citerag.eval.needle import NeedleProblem, check_needles, chunk_body, destroyed
 from citerag.eval.truth import OodQuery, Question
-from citerag.extract import extractor_for
-from citerag.ingest import Indexer, discover
-from citerag.search import MODES, Retriever
-from citerag.search.rerank import DEFAULT_SHORTLIST, Reranker, rerank
-from citerag.store import ChunkStats, Snapshot, open_store
+from citerag.settings import sqlite_url
+from citerag.text import collapse
 from citerag.types import Extracted
 
 DEPTH = 20  # hits retrieved per query: Recall@20 and MRR@20 need no more
@@ -99,7 +93,7 @@ def corpus_files(corpus: Path, exclude: Sequence[str] = ()) -> list[Path]:
     """Supported files under `corpus`, less those whose name or relative path matches an `exclude` glob."""
     if not corpus.is_dir():
         raise CiteragError(f"corpus {corpus} is not a directory")
-    files, _ = discover([corpus])
+    files = discover([corpus]).files
     root = corpus.resolve()
 
     def excluded(f: Path) -> bool:
@@ -114,12 +108,9 @@ def corpus_files(corpus: Path, exclude: Sequence[str] = ()) -> list[Path]:
 def extract_corpus(files: Sequence[Path]) -> dict[str, Extracted]:
     out: dict[str, Extracted] = {}
     for path in files:
-        extractor = extractor_for(path)
-        if extractor is None:
-            continue
         try:
-            out[path.name] = extractor.extract(path.read_bytes(), path)
-        except (OSError, CiteragError):
+            out[path.name] = extract_file(path)
+        except CiteragError:
             continue  # the indexer reports the failure
     return out
 
@@ -135,115 +126,80 @@ def parse_list(value: str, allowed: Sequence[str] | None, what: str) -> list[str
     return list(dict.fromkeys(items))
 
 
-def build_index(files: Sequence[Path], cache: Path, embedder: str, strategy: str, questions: Sequence[Question],
-                log: Callable[[str], None], vectors: dict[str, np.ndarray] | None = None
-                ) -> tuple[IndexInfo, Retriever]:
-    index_dir = cache / safe_name(embedder) / strategy
-    store = open_store(index_dir, create=True)
-    cfg = Config(index_dir=index_dir, strategy=strategy, embedding_model=embedder)
-    encoder: Encoder = load_encoder(embedder)
+def build_index(app: Citerag, base: Settings, files: Sequence[Path], cache: Path, embedder: str, strategy: str,
+                questions: Sequence[Question], log: Callable[[str], None]) -> tuple[IndexInfo, Collection]:
+    """The (embedder, strategy) index as a collection of `app`, brought up to date with `files`."""
+    index_dir = (cache / safe_name(embedder) / strategy).resolve()
+    settings = base.with_changes(collection=f"{safe_name(embedder)}.{strategy}", index_dir=index_dir,
+                                 store_url=sqlite_url(index_dir), strategy=strategy, embedding_model=embedder)
+    collection = app.open_collection(settings, create=True)
     started = time.perf_counter()
-    indexer = Indexer(store, cfg, lambda: _EmptySafe(encoder))
-    report = indexer.ingest(files)
+    report = collection.ingest(files)
     wanted = {str(f) for f in files}
-    for doc in store.documents():  # left from a run over other files (or an --exclude added since)
+    for doc in collection.documents():  # left from a run over other files (or an --exclude added since)
         if doc.source_path not in wanted:
-            store.delete(doc.id)
-    if any(d.status != "indexed" for d in store.documents()):  # failures are kept; try them once more
-        retried = indexer.retry_failed()
+            collection.delete(doc.id)
+    if any(d.status != "indexed" for d in collection.documents()):  # failures are kept; try them once more
+        retried = collection.retry_failed()
         report.indexed += retried.indexed
         report.unchanged -= len(retried.indexed)
         report.failed = retried.failed
     seconds = time.perf_counter() - started
     log(f"index {embedder}/{strategy}: {len(report.indexed)} embedded, {report.unchanged} reused, "
         f"{len(report.failed)} failed ({seconds:.1f}s)")
-    snapshot = store.snapshot(embedder)
-    stats = store.chunk_stats()
-    docs = [d for d in store.documents() if d.status == "indexed"]
-    failed = [{"source_path": d.source_path, "error": d.error or ""} for d in store.documents()
+    chunks, documents = collection.indexed_chunks()
+    stats = collection.chunk_stats()
+    docs = [d for d in collection.documents() if d.status == "indexed"]
+    failed = [{"source_path": d.source_path, "error": d.error or ""} for d in collection.documents()
               if d.status != "indexed"]
-    tokens = [t for d in docs for t in stats.get(d.id, ChunkStats()).tokens]
-    headers = [t for d in docs for t in stats.get(d.id, ChunkStats()).header_tokens]
-    bodies = [chunk_body(c, snapshot.documents[c.document_id]) for c in snapshot.chunks]
-    store.close()
+    tokens = [t for d in docs if d.id in stats for t in stats[d.id].tokens]
+    headers = [t for d in docs if d.id in stats for t in stats[d.id].header_tokens]
+    bodies = [chunk_body(c, documents[c.document_id]) for c in chunks]
+    max_tokens = app.encoder(embedder).max_tokens
     info = IndexInfo(embedder=embedder, strategy=strategy, path=str(index_dir), documents=len(docs), failed=failed,
-                     reembedded=len(report.indexed), seconds=seconds, chunks=len(snapshot.chunks),
-                     max_tokens=encoder.max_tokens, over_window=sum(t > encoder.max_tokens for t in tokens),
+                     reembedded=len(report.indexed), seconds=seconds, chunks=len(chunks),
+                     max_tokens=max_tokens, over_window=sum(t > max_tokens for t in tokens),
                      embedded_tokens=sum(tokens), header_tokens=sum(headers),
                      destroyed=destroyed(bodies, questions))
-    return info, _Prepared(snapshot, encoder, vectors or {})
+    return info, collection
 
 
-class _Prepared(Retriever):
-    """A Retriever whose query vectors were embedded beforehand in one batch (per embedder, shared by
-    every strategy), which is the same vector the retriever would compute one query at a time."""
-
-    def __init__(self, snapshot: Snapshot, encoder: Encoder, vectors: dict[str, np.ndarray]) -> None:
-        super().__init__(snapshot, encoder)
-        self._vectors = vectors
-
-    def _embed_uncached(self, query: str) -> np.ndarray:
-        vector = self._vectors.get(query)
-        return vector if vector is not None else super()._embed_uncached(query)
+def _result(hits: Sequence[Any], q: Question | OodQuery, collapsed: dict[int, str]) -> QueryResult:
+    needle = collapse(q.needle) if isinstance(q, Question) else None
+    correct = [h.rank for h in hits if needle is not None and needle in collapsed[h.chunk.id]]
+    return QueryResult(correct[0] if correct else None, correct, [h.cosine_distance for h in hits])
 
 
-def embed_queries(encoder: Encoder, queries: Sequence[str]) -> dict[str, np.ndarray]:
-    texts = list(dict.fromkeys(queries))
-    encode = getattr(encoder, "encode_queries", None) or encoder.encode
-    return dict(zip(texts, encode(texts), strict=True))
-
-
-class _EmptySafe:
-    """Passes everything to the encoder, but answers count_tokens([]) itself: the sentence-transformers
-    tokenizer raises IndexError on an empty batch, which the indexer sends for chunks without a header."""
-
-    def __init__(self, inner: Encoder) -> None:
-        self.inner = inner
-        self.name, self.dim, self.max_tokens = inner.name, inner.dim, inner.max_tokens
-
-    def encode(self, texts: list[str], progress: bool = False) -> Any:
-        return self.inner.encode(texts, progress)
-
-    def count_tokens(self, texts: list[str]) -> list[int]:
-        return self.inner.count_tokens(texts) if texts else []
-
-
-def score_queries(retriever: Retriever, mode: str, queries: Sequence[Question | OodQuery],
+def score_queries(collection: Collection, mode: str, queries: Sequence[Question | OodQuery],
                   collapsed: dict[int, str]) -> dict[str, QueryResult]:
-    out: dict[str, QueryResult] = {}
-    for q in queries:
-        hits = retriever.search(q.query, mode=mode, k=DEPTH)
-        needle = collapse(q.needle) if isinstance(q, Question) else None
-        correct = [h.rank for h in hits if needle is not None and needle in collapsed[h.chunk.id]]
-        out[q.id] = QueryResult(correct[0] if correct else None, correct, [h.cosine_distance for h in hits])
-    return out
+    options = SearchOptions(mode=mode, k=DEPTH, rerank_model="")
+    return {q.id: _result(collection.search(q.query, options).hits, q, collapsed) for q in queries}
 
 
-def score_reranked(retriever: Retriever, reranker: Reranker, shortlist: int, queries: Sequence[Question | OodQuery],
+def score_reranked(collection: Collection, rerank_model: str, shortlist: int, queries: Sequence[Question | OodQuery],
                    collapsed: dict[int, str], seconds: list[float]) -> dict[str, QueryResult]:
     """Hybrid's first `shortlist` hits reordered by the cross-encoder (the first DEPTH kept); the rerank
     seconds of each query are appended to `seconds`."""
+    options = SearchOptions(mode="hybrid", k=DEPTH, rerank_model=rerank_model, shortlist=shortlist)
     out: dict[str, QueryResult] = {}
     for q in queries:
-        hits = retriever.search(q.query, mode="hybrid", k=max(DEPTH, shortlist))
-        t0 = time.perf_counter()
-        hits = rerank(q.query, hits, reranker, shortlist)[:DEPTH]
-        seconds.append(time.perf_counter() - t0)
-        needle = collapse(q.needle) if isinstance(q, Question) else None
-        correct = [h.rank for h in hits if needle is not None and needle in collapsed[h.chunk.id]]
-        out[q.id] = QueryResult(correct[0] if correct else None, correct, [h.cosine_distance for h in hits])
+        result = collection.search(q.query, options)
+        seconds.append(result.timings["rerank"])
+        out[q.id] = _result(result.hits, q, collapsed)
     return out
 
 
 # Called once, for the first embedder and `generate_strategy`, with that index's retriever and folder.
-GenerateHook = Callable[[Retriever, Path], dict[str, Any]]
+GenerateHook = Callable[[Collection], dict[str, Any]]
 
 
 def run_eval(corpus: Path, questions: Sequence[Question], ood: Sequence[OodQuery], *, strategies: Sequence[str],
              retrievers: Sequence[str], embedders: Sequence[str], cache: Path, exclude: Sequence[str] = (),
-             log: Callable[[str], None] = lambda s: None, reranker: Reranker | None = None,
-             shortlist: int = DEFAULT_SHORTLIST, generate: GenerateHook | None = None,
-             generate_strategy: str | None = None) -> Run:
+             log: Callable[[str], None] = lambda s: None, rerank_model: str = "", shortlist: int = 25,
+             generate: GenerateHook | None = None, generate_strategy: str | None = None,
+             settings: Settings | None = None, app: Citerag | None = None) -> Run:
+    """`settings` are the base every index's collection starts from (threshold, generator...); each index
+    changes only its folder, strategy and embedder. Its collections are opened in `app` (a new one if None)."""
     for s in strategies:
         if s not in STRATEGIES:
             raise CiteragError(f"unknown strategy {s!r}: choose from {', '.join(STRATEGIES)}")
@@ -256,28 +212,44 @@ def run_eval(corpus: Path, questions: Sequence[Question], ood: Sequence[OodQuery
     for p in problems:
         log(f"ground truth: {p.truth}: {p.problem}")
     run = Run([], [], {}, {}, problems, 0.0)
+    owner = Citerag() if app is None else app
+    try:
+        _run_all(owner, settings or Settings(), run, files, questions, ood, strategies, retrievers, embedders, cache,
+                 log, rerank_model, shortlist, generate, generate_strategy)
+    finally:
+        if app is None:
+            owner.close()
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def _run_all(app: Citerag, base: Settings, run: Run, files: list[Path], questions: Sequence[Question],
+             ood: Sequence[OodQuery], strategies: Sequence[str], retrievers: Sequence[str], embedders: Sequence[str],
+             cache: Path, log: Callable[[str], None], rerank_model: str, shortlist: int,
+             generate: GenerateHook | None, generate_strategy: str | None) -> None:
     for embedder in embedders:
         t0 = time.perf_counter()
-        texts = [q.query for q in questions] + [o.query for o in ood]
-        vectors = embed_queries(load_encoder(embedder), texts)
+        # One batch per embedder, shared by every strategy through the application's query cache.
+        app.embed_queries(embedder, [q.query for q in questions] + [o.query for o in ood])
         run.timings[f"embed queries {embedder}"] = time.perf_counter() - t0
         for strategy in strategies:
-            info, retriever = build_index(files, cache, embedder, strategy, questions, log, vectors)
+            info, collection = build_index(app, base, files, cache, embedder, strategy, questions, log)
             run.indexes.append(info)
-            bodies = {c.id: collapse(chunk_body(c, retriever.snapshot.documents[c.document_id]))
-                      for c in retriever.snapshot.chunks}
+            chunks, documents = collection.indexed_chunks()
+            bodies = {c.id: collapse(chunk_body(c, documents[c.document_id])) for c in chunks}
             t0 = time.perf_counter()
             for mode in retrievers:
                 setup = Setup(embedder, strategy, mode)
                 run.setups.append(setup)
-                run.answerable[setup.id] = score_queries(retriever, mode, questions, bodies)
-                run.ood[setup.id] = score_queries(retriever, mode, ood, bodies)
-            if reranker is not None:
+                run.answerable[setup.id] = score_queries(collection, mode, questions, bodies)
+                run.ood[setup.id] = score_queries(collection, mode, ood, bodies)
+            if rerank_model:
                 setup = Setup(embedder, strategy, RERANKED)
                 run.setups.append(setup)
                 seconds: list[float] = []
-                run.answerable[setup.id] = score_reranked(retriever, reranker, shortlist, questions, bodies, seconds)
-                run.ood[setup.id] = score_reranked(retriever, reranker, shortlist, ood, bodies, seconds)
+                run.answerable[setup.id] = score_reranked(collection, rerank_model, shortlist, questions, bodies,
+                                                          seconds)
+                run.ood[setup.id] = score_reranked(collection, rerank_model, shortlist, ood, bodies, seconds)
                 run.latency[setup.id] = seconds
             run.timings[f"query {embedder}/{strategy}"] = time.perf_counter() - t0
             run.timings[f"index {embedder}/{strategy}"] = info.seconds
@@ -285,7 +257,5 @@ def run_eval(corpus: Path, questions: Sequence[Question], ood: Sequence[OodQuery
                 t0 = time.perf_counter()
                 log(f"generate: answering {len(questions) + len(ood)} queries on {embedder}/{strategy}")
                 run.answers = {"embedder": embedder, "strategy": strategy,
-                               **generate(retriever, Path(info.path))}
+                               **generate(collection)}
                 run.timings[f"generate {embedder}/{strategy}"] = time.perf_counter() - t0
-    run.seconds = time.perf_counter() - started
-    return run

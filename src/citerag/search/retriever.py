@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from functools import cached_property, lru_cache
+from collections.abc import Callable
+from functools import cached_property
 
 import numpy as np
 
-from citerag.embed import Encoder
 from citerag.search.bm25 import BM25
 from citerag.search.fuse import rrf
 from citerag.store import Snapshot
@@ -25,21 +25,19 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 class Retriever:
-    def __init__(self, snapshot: Snapshot, encoder: Encoder, rrf_k: int = 60, fusion_depth: int = 100) -> None:
+    """Search over one consistent snapshot; `embed_query` turns a question into the snapshot model's vector
+    (the application passes its query cache, shared by every collection on the same model)."""
+
+    def __init__(self, snapshot: Snapshot, embed_query: Callable[[str], np.ndarray], rrf_k: int = 60,
+                 fusion_depth: int = 100) -> None:
         self.snapshot = snapshot
-        self.encoder = encoder
+        self._embed = embed_query
         self.rrf_k = rrf_k
         self.fusion_depth = fusion_depth
-        self._embed = lru_cache(maxsize=1024)(self._embed_uncached)
 
     @cached_property
     def bm25(self) -> BM25:
         return BM25([c.text for c in self.snapshot.chunks])
-
-    def _embed_uncached(self, query: str) -> np.ndarray:
-        # Models trained with a query/passage asymmetry (E5) embed questions with encode_queries.
-        encode = getattr(self.encoder, "encode_queries", None) or self.encoder.encode
-        return encode([query])[0]
 
     def search(self, query: str, mode: str = "hybrid", k: int = 20) -> list[Hit]:
         if mode not in MODES:

@@ -41,6 +41,7 @@ import numpy as np
 
 from citerag.errors import CiteragError
 from citerag.search.bm25 import BM25
+from citerag.text import collapse
 from citerag.types import StoredChunk
 
 _SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)", re.M)
@@ -100,10 +101,6 @@ class TrainReport:
         return data
 
 
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
-
-
 def sentence_spans(content: str, min_words: int = 6, max_words: int = 40) -> list[tuple[int, int]]:
     """Spans of content that read as a sentence usable as a query."""
     out = []
@@ -121,7 +118,7 @@ def make_groups(chunks: list[StoredChunk], n_groups: int, settings: TrainSetting
         raise CiteragError(f"the index has {len(chunks)} chunks: too few to train a reranker "
                            f"(need more than {settings.group_size})")
     texts = [c.text for c in chunks]
-    collapsed = [_collapse(t) for t in texts]
+    collapsed = [collapse(t) for t in texts]
     bm25 = BM25(texts)
     spans = [sentence_spans(c.content) for c in chunks]
     usable = [i for i, s in enumerate(spans) if s]
@@ -136,7 +133,7 @@ def make_groups(chunks: list[StoredChunk], n_groups: int, settings: TrainSetting
         i = order.pop()
         a, b = rng.choice(spans[i])
         raw = chunks[i].content[a:b]
-        query = _collapse(raw)
+        query = collapse(raw)
         words = query.split()
         kept = [w for w in words if rng.random() >= settings.drop_words]
         if len(kept) >= 4:
@@ -145,10 +142,10 @@ def make_groups(chunks: list[StoredChunk], n_groups: int, settings: TrainSetting
             positive = texts[i]
         else:
             positive = texts[i].replace(raw, " ", 1)
-            if len(_collapse(positive)) < 40:  # nothing left to match against: keep the sentence
+            if len(collapse(positive)) < 40:  # nothing left to match against: keep the sentence
                 positive = texts[i]
         # A chunk that holds the sentence too (repeated boilerplate) is no negative.
-        sentence = _collapse(raw)
+        sentence = collapse(raw)
         banned = {j for j in range(len(chunks)) if j == i or sentence in collapsed[j]}
         scores = bm25.scores(query)
         ranked = [int(j) for j in np.argsort(-scores, kind="stable")[:30] if int(j) not in banned and scores[j] > 0]

@@ -13,13 +13,13 @@ from citerag.answer.generators.base import Generator, GeneratorError
 from citerag.answer.generators.extractive import ExtractiveGenerator
 
 if TYPE_CHECKING:
-    from citerag.config import Config
     from citerag.embed import Encoder
+    from citerag.settings import Settings
 
 GENERATORS = ("extractive", "llama", "openai")
 
 
-def make_generator(cfg: Config, encoder: Callable[[], Encoder]) -> Generator:
+def make_generator(cfg: Settings, encoder: Callable[[], Encoder]) -> Generator:
     """The generator the configuration names; `encoder` is called only by the extractive one."""
     if cfg.generator == "extractive":
         return ExtractiveGenerator(encoder())

@@ -1,0 +1,409 @@
+"""The application core: the one object every entry point uses (the CLI, `eval`, the tests; the HTTP service
+and the queue workers to come). It owns the stores, the search state, the encoders, the rerankers and the
+generators, and composes the pipeline once.
+
+    app = Citerag.open(load_settings())          # the settings' collection becomes the default one
+    app.ingest([Path("docs")])
+    answer = app.ask("How do I generate a locale?", AskOptions(mode="hybrid"))
+
+A collection is a set of documents with its own settings and refusal rule, stored in its own store; one
+Citerag serves several (the CLI's `--index DIR` is one). Models are shared between collections: two
+collections on the same encoder load it once and share its query-vector cache.
+
+Per-request options (`SearchOptions`, `AskOptions`) default to the collection's settings and are validated
+through them, so a bad value is a one-line SettingsError naming the field, never a silent NO ANSWER.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from citerag.answer.check import CitationMetrics
+from citerag.answer.generators.base import Generator, GeneratorError
+from citerag.errors import CiteragError
+from citerag.ingest import Discovered, IngestReport, Outcome, Progress, Source, discover, display_path, is_stale
+from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
+from citerag.settings import Settings, load_settings, set_in_config_file
+from citerag.types import Answer, Chunk, Document, Extracted, SearchResult, StoredChunk
+
+MODES = ("dense", "bm25", "hybrid")
+log = logging.getLogger("citerag")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What one search may change; None takes the collection's setting."""
+
+    mode: str | None = None
+    k: int | None = None
+    rerank_model: str | None = None  # a cross-encoder folder; "" turns reranking off
+    shortlist: int | None = None
+
+    def changes(self) -> dict[str, Any]:
+        return {"mode": self.mode, "k": self.k, "rerank_model": self.rerank_model, "rerank_shortlist": self.shortlist}
+
+
+@dataclass(frozen=True)
+class AskOptions(SearchOptions):
+    """What one question may change besides the search: the refusal rule and the generator."""
+
+    threshold: float | None = None
+    max_sources: int | None = None
+    generator: str | None = None
+
+    def changes(self) -> dict[str, Any]:
+        return {**super().changes(), "threshold": self.threshold, "max_sources": self.max_sources,
+                "generator": self.generator}
+
+
+@dataclass
+class DocumentStatus:
+    document: Document
+    stale: bool
+
+    def as_json(self) -> dict[str, Any]:
+        d = self.document
+        return {"id": d.id, "source_path": d.source_path, "name": d.name, "title": d.title, "status": d.status,
+                "error": d.error, "warnings": d.warnings, "chunk_count": d.chunk_count, "stamps": d.stamps,
+                "stale": self.stale, "updated_at": d.updated_at}
+
+
+@dataclass
+class CollectionStatus:
+    collection: str
+    location: str
+    documents: list[DocumentStatus] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {s: sum(r.document.status == s for r in self.documents) for s in ("indexed", "failed", "pending")}
+        counts["stale"] = sum(r.stale for r in self.documents)
+        return counts
+
+    def as_json(self) -> dict[str, Any]:
+        return {"collection": self.collection, "index": self.location, "counts": self.counts,
+                "documents": [r.as_json() for r in self.documents]}
+
+
+def check_text(text: str, what: str) -> str:
+    """A question or query as the pipeline needs it: not blank, and text (a terminal may hand over bytes that
+    are not UTF-8 as surrogates, which no encoder or store accepts)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CiteragError(f"the {what} is not valid UTF-8") from None
+    if not text.strip():
+        raise CiteragError(f"the {what} is empty")
+    return text
+
+
+def _open_store(settings: Settings, create: bool) -> Any:
+    from citerag.store import open_store_url
+
+    return open_store_url(settings.store_url, create=create)
+
+
+class _Lru:
+    """A bounded, thread-safe map: the query-vector cache (a question costs an encoder call only once)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._data: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> np.ndarray | None:
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
+
+    def put(self, key: tuple[str, str], value: np.ndarray) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+
+
+class Citerag:
+    """Shared models and caches, and the collections that use them."""
+
+    def __init__(self, query_cache: int = 4096) -> None:
+        self.collections: dict[str, Collection] = {}
+        self.default: str | None = None
+        self.citation_metrics = CitationMetrics()
+        self._queries = _Lru(query_cache)
+        self._models: dict[tuple[str, ...], Any] = {}
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(cls, settings: Settings | None = None, *, create: bool = False) -> Citerag:
+        """The application with the settings' collection open as its default one."""
+        app = cls()
+        app.open_collection(settings or load_settings(), create=create)
+        return app
+
+    def open_collection(self, settings: Settings, *, create: bool = False) -> Collection:
+        with self._lock:
+            if settings.collection in self.collections:
+                raise CiteragError(f"collection {settings.collection!r} is already open")
+            collection = Collection(self, settings, _open_store(settings, create))
+            self.collections[settings.collection] = collection
+            if self.default is None:
+                self.default = settings.collection
+            return collection
+
+    def collection(self, name: str | None = None) -> Collection:
+        key = name or self.default
+        if key is None or key not in self.collections:
+            raise CiteragError(f"no collection {key!r} is open")
+        return self.collections[key]
+
+    def close(self) -> None:
+        for c in self.collections.values():
+            c.close()
+        self.collections.clear()
+        self.default = None
+
+    def __enter__(self) -> Citerag:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The default collection's operations, so that a single-collection caller never names one.
+    def ingest(self, paths: Iterable[Path] | Discovered, progress: Progress | None = None) -> IngestReport:
+        return self.collection().ingest(paths, progress)
+
+    def index_document(self, source: Source) -> Outcome:
+        return self.collection().index_document(source)
+
+    def delete(self, document_id: int) -> None:
+        self.collection().delete(document_id)
+
+    def retry_failed(self, progress: Progress | None = None) -> IngestReport:
+        return self.collection().retry_failed(progress)
+
+    def reindex_stale(self, progress: Progress | None = None) -> IngestReport:
+        return self.collection().reindex_stale(progress)
+
+    def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
+        return self.collection().search(query, options)
+
+    def ask(self, question: str, options: AskOptions | None = None) -> Answer:
+        return self.collection().ask(question, options)
+
+    def status(self) -> CollectionStatus:
+        return self.collection().status()
+
+    # Shared models: loaded once per process whichever collection asks first.
+    def _model(self, key: tuple[str, ...], load: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key not in self._models:
+                self._models[key] = load()
+            return self._models[key]
+
+    def register_encoder(self, encoder: Any) -> None:
+        """Use this encoder object for its `name` (a custom model, or a deterministic one in tests)."""
+        with self._lock:
+            self._models[("encoder", encoder.name)] = encoder
+
+    def encoder(self, name: str) -> Any:
+        from citerag.embed import load_encoder
+
+        return self._model(("encoder", name), lambda: load_encoder(name))
+
+    def reranker(self, name: str) -> Any:
+        """The cross-encoder in folder `name`, or None when `name` is empty (reranking off)."""
+        if not name:
+            return None
+        from citerag.search.rerank import load_reranker
+
+        return self._model(("reranker", name), lambda: load_reranker(name))
+
+    def generator(self, settings: Settings) -> Any:
+        from citerag.answer.generators import make_generator
+
+        key = ("generator", settings.generator, settings.embedding_model, settings.llm_model_path,
+               str(settings.llm_context), str(settings.llm_max_tokens), str(settings.llm_temperature),
+               settings.openai_base_url, settings.openai_model, settings.openai_api_key_env,
+               str(settings.openai_stream), str(settings.generator_timeout), str(settings.generator_retries))
+        return self._model(key, lambda: make_generator(settings, lambda: self.encoder(settings.embedding_model)))
+
+    def query_vector(self, model: str, text: str) -> np.ndarray:
+        vector = self._queries.get((model, text))
+        if vector is None:
+            self.embed_queries(model, [text])
+            vector = self._queries.get((model, text))
+        assert vector is not None
+        return vector
+
+    def embed_queries(self, model: str, texts: Sequence[str]) -> None:
+        """Embed questions in one batch ahead of time (an evaluation's queries): later searches take them
+        from the cache; the vectors are the ones a single query would get."""
+        from citerag.embed import encode_queries
+
+        todo = [t for t in dict.fromkeys(texts) if self._queries.get((model, t)) is None]
+        if todo:
+            for text, vector in zip(todo, encode_queries(self.encoder(model), todo), strict=True):
+                self._queries.put((model, text), vector)
+
+
+class Collection:
+    """One collection: its settings, its store, and the search state over the store's current generation."""
+
+    def __init__(self, app: Citerag, settings: Settings, store: Any) -> None:
+        from citerag.ingest import Indexer
+
+        self.app = app
+        self.settings = settings
+        self.name = settings.collection
+        self.store = store
+        self.indexer = Indexer(store, settings, lambda: app.encoder(settings.embedding_model))
+        self._search_lock = threading.Lock()
+        self._retriever: Any = None
+
+    @property
+    def location(self) -> str:
+        """Where the documents live, as a person reads it (the index folder; a URL never shows its password)."""
+        return str(self.settings.sqlite_dir) if self.settings.store_scheme == "sqlite" else self.settings.safe_url
+
+    def close(self) -> None:
+        self.store.close()
+
+    # Writing
+    def ingest(self, paths: Iterable[Path] | Discovered, progress: Progress | None = None) -> IngestReport:
+        found = paths if isinstance(paths, Discovered) else discover(paths)
+        return self.indexer.ingest(found, progress)
+
+    def index_document(self, source: Source) -> Outcome:
+        return self.indexer.index_document(source)
+
+    def delete(self, document_id: int) -> None:
+        if self.store.document(document_id) is None:
+            raise CiteragError(f"no document {document_id} in collection {self.name!r}")
+        self.store.delete(document_id)
+
+    def retry_failed(self, progress: Progress | None = None) -> IngestReport:
+        return self.indexer.retry_failed(progress)
+
+    def reindex_stale(self, progress: Progress | None = None) -> IngestReport:
+        return self.indexer.reindex_stale(progress)
+
+    # Reading
+    def documents(self) -> list[Document]:
+        return list(self.store.documents())
+
+    def status(self) -> CollectionStatus:
+        rows = [DocumentStatus(d, is_stale(d, self.indexer.stamps_for(d.name))) for d in self.store.documents()]
+        return CollectionStatus(self.name, self.location, rows)
+
+    def chunk_stats(self) -> dict[int, Any]:
+        return dict(self.store.chunk_stats())
+
+    def indexed_chunks(self) -> tuple[list[StoredChunk], dict[int, Document]]:
+        """Every searchable chunk and its document, from one consistent snapshot."""
+        snapshot = self._current().snapshot
+        return list(snapshot.chunks), dict(snapshot.documents)
+
+    def _current(self) -> Any:
+        """The retriever over the store's current generation: rebuilt only after a write, and built from one
+        read transaction, so chunks, vectors and texts always belong to the same version of every document."""
+        from citerag.search import Retriever
+
+        generation = self.store.generation()
+        with self._search_lock:
+            current = self._retriever
+            if current is None or current.snapshot.generation != generation:
+                model = self.settings.embedding_model
+                snapshot = self.store.snapshot(model)
+                if snapshot.excluded_documents:
+                    log.warning("%d document(s) indexed with another embedding model are not searched; run "
+                                "`citerag reindex --stale`", snapshot.excluded_documents)
+                current = Retriever(snapshot, lambda q: self.app.query_vector(model, q), rrf_k=self.settings.rrf_k)
+                self._retriever = current
+            return current
+
+    def _searchable(self) -> Any:
+        retriever = self._current()
+        if not retriever.snapshot.chunks:
+            if retriever.snapshot.excluded_documents:
+                raise CiteragError(f"no documents in {self.location} were indexed with "
+                                   f"{self.settings.embedding_model}: run `citerag reindex --stale`")
+            raise CiteragError(f"the index at {self.location} has no indexed documents: "
+                               "run `citerag ingest PATH` first")
+        return retriever
+
+    def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
+        from citerag.answer.citations import cite
+        from citerag.answer.pipeline import retrieve
+
+        check_text(query, "query")
+        settings = self.settings.with_changes(**(options or SearchOptions()).changes())
+        retriever = self._searchable()
+        timings: dict[str, float] = {}
+        hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)[:settings.k]
+        return SearchResult(hits, cite(hits, retriever.snapshot.texts.__getitem__), timings)
+
+    def ask(self, question: str, options: AskOptions | None = None) -> Answer:
+        from citerag.answer.pipeline import answer_question
+
+        check_text(question, "question")
+        settings = self.settings.with_changes(**(options or AskOptions()).changes())
+        retriever = self._searchable()
+        answer = answer_question(question, retriever, self.app.generator(settings),
+                                 retriever.snapshot.texts.__getitem__, settings,
+                                 self.app.reranker(settings.rerank_model))
+        if answer.check is not None:
+            self.app.citation_metrics.record(answer.check)
+        return answer
+
+    def generator(self, options: AskOptions | None = None) -> Any:
+        """The generator these options choose (an evaluation's LLM judge uses it directly)."""
+        return self.app.generator(self.settings.with_changes(**(options or AskOptions()).changes()))
+
+    def train_reranker(self, out: Path, pairs: int, epochs: int, seed: int,
+                       log_line: Callable[[str], None] | None = None) -> Any:
+        """Fine-tune a cross-encoder on this collection's chunks (see citerag.search.train_reranker)."""
+        from citerag.search.train_reranker import TrainSettings, train_reranker
+
+        chunks, _ = self.indexed_chunks()
+        if not chunks:
+            raise CiteragError(f"the index at {self.location} has no chunks indexed with "
+                               f"{self.settings.embedding_model}: run `citerag ingest PATH` first")
+        return train_reranker(chunks, out, TrainSettings(pairs=pairs, epochs=epochs, seed=seed), log=log_line)
+
+
+def extract_file(path: Path, title: str | None = None) -> Extracted:
+    """A file's canonical text, sections and locators, as the indexer would see them."""
+    from citerag.extract import extractor_for
+
+    extractor = extractor_for(path)
+    if extractor is None:
+        raise CiteragError(f"unsupported format: {display_path(path)}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CiteragError(f"cannot read {display_path(path)}: {exc.strerror}") from exc
+    return extractor.extract(data, path, title=title)
+
+
+def chunk_file(path: Path, strategy: str, target: int, overlap: int, title: str | None = None) -> list[Chunk]:
+    """How one file is cut under a strategy: what `citerag chunk` shows."""
+    from citerag.chunk import chunk_extracted
+
+    return chunk_extracted(extract_file(path, title=title or path.stem), strategy, target, overlap)
+
+
+__all__ = ["MODES", "AskOptions", "Citerag", "Collection", "CollectionStatus", "Discovered", "DocumentStatus",
+           "Generator", "GeneratorError", "IngestReport", "Outcome", "SearchOptions", "Settings", "Source",
+           "check_text", "chunk_file", "discover", "extract_file", "gate", "load_settings", "set_in_config_file"]
