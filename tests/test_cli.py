@@ -193,3 +193,32 @@ def test_a_question_that_is_not_utf8_is_one_line(index: Path) -> None:
     done = subprocess.run([exe, "ask", b"apt \xff sources", "--index", str(index)], capture_output=True, timeout=300)
     assert done.returncode == 1
     assert done.stderr.decode().strip() == "error: the question is not valid UTF-8"
+
+
+def test_a_full_disk_stops_ingest_with_one_line(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A real SQLITE_FULL (the database may not grow past a few more pages): exit 1, one line, no document failed."""
+    import sqlite3
+
+    import citerag.store.sqlite as backend
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("ch04.md", "ch05.md"):
+        shutil.copy(DATA / "markdown" / "debian-reference" / name, docs / name)
+    ix = tmp_path / "ix"
+    assert run(["ingest", str(docs / "ch04.md"), "--index", str(ix)], capsys, monkeypatch)[0] == 0
+    connect = sqlite3.connect
+
+    def small_disk(*args, **kwargs):  # type: ignore[no-untyped-def]
+        db = connect(*args, **kwargs)
+        db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0] + 2}")
+        return db
+
+    monkeypatch.setattr(backend.sqlite3, "connect", small_disk)
+    assert_one_line_error(run(["ingest", str(docs), "--index", str(ix)], capsys, monkeypatch),
+                          "database or disk is full")
+    monkeypatch.setattr(backend.sqlite3, "connect", connect)
+    code, out, _ = run(["status", "--index", str(ix), "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["counts"] == {"indexed": 1, "failed": 0, "pending": 1, "stale": 0}
+    code, out, _ = run(["retry", "--index", str(ix), "--json"], capsys, monkeypatch)
+    assert code == 0 and [Path(p).name for p in json.loads(out)["indexed"]] == ["ch05.md"]
