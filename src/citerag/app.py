@@ -29,9 +29,21 @@ import numpy as np
 from citerag.answer.check import CitationMetrics
 from citerag.answer.generators.base import Generator, GeneratorError
 from citerag.errors import CiteragError
-from citerag.ingest import Discovered, IngestReport, Outcome, Progress, Source, discover, display_path, is_stale
+from citerag.ingest import (
+    Discovered,
+    Indexer,
+    IngestReport,
+    Outcome,
+    Progress,
+    Source,
+    discover,
+    display_path,
+    is_stale,
+)
+from citerag.search import Retriever
 from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
 from citerag.settings import Settings, load_settings, set_in_config_file
+from citerag.store import ChunkStats, Store
 from citerag.types import Answer, Chunk, Document, Extracted, SearchResult, StoredChunk
 
 MODES = ("dense", "bm25", "hybrid")
@@ -105,7 +117,7 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
-def _open_store(settings: Settings, create: bool) -> Any:
+def _open_store(settings: Settings, create: bool) -> Store:
     from citerag.store import open_store_url
 
     return open_store_url(settings.store_url, create=create)
@@ -261,16 +273,14 @@ class Citerag:
 class Collection:
     """One collection: its settings, its store, and the search state over the store's current generation."""
 
-    def __init__(self, app: Citerag, settings: Settings, store: Any) -> None:
-        from citerag.ingest import Indexer
-
+    def __init__(self, app: Citerag, settings: Settings, store: Store) -> None:
         self.app = app
         self.settings = settings
         self.name = settings.collection
         self.store = store
         self.indexer = Indexer(store, settings, lambda: app.encoder(settings.embedding_model))
         self._search_lock = threading.Lock()
-        self._retriever: Any = None
+        self._retriever: Retriever | None = None
 
     @property
     def location(self) -> str:
@@ -307,7 +317,7 @@ class Collection:
         rows = [DocumentStatus(d, is_stale(d, self.indexer.stamps_for(d.name))) for d in self.store.documents()]
         return CollectionStatus(self.name, self.location, rows)
 
-    def chunk_stats(self) -> dict[int, Any]:
+    def chunk_stats(self) -> dict[int, ChunkStats]:
         return dict(self.store.chunk_stats())
 
     def indexed_chunks(self) -> tuple[list[StoredChunk], dict[int, Document]]:
@@ -315,11 +325,9 @@ class Collection:
         snapshot = self._current().snapshot
         return list(snapshot.chunks), dict(snapshot.documents)
 
-    def _current(self) -> Any:
+    def _current(self) -> Retriever:
         """The retriever over the store's current generation: rebuilt only after a write, and built from one
         read transaction, so chunks, vectors and texts always belong to the same version of every document."""
-        from citerag.search import Retriever
-
         generation = self.store.generation()
         with self._search_lock:
             current = self._retriever
@@ -333,7 +341,7 @@ class Collection:
                 self._retriever = current
             return current
 
-    def _searchable(self) -> Any:
+    def _searchable(self) -> Retriever:
         retriever = self._current()
         if not retriever.snapshot.chunks:
             if retriever.snapshot.excluded_documents:
