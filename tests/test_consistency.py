@@ -222,3 +222,18 @@ def test_cli_searches_while_ingest_replaces_documents(tmp_path: Path) -> None:
     for p, (sout, serr) in zip(searches, outs, strict=True):
         assert p.returncode == 0 and "error" not in serr, serr
         assert json.loads(sout)
+
+
+def test_a_long_lived_process_sees_documents_another_process_adds(tmp_path: Path) -> None:
+    """No restart: the collection notices the store's new generation and searches the new document."""
+    index = tmp_path / "ix"
+    reader = Citerag.open(Settings(index_dir=index), create=True)
+    reader.ingest([DATA / "markdown" / "debian-reference" / "ch04.md"])
+    before = reader.search("popcon votes package popularity", SearchOptions(mode="bm25", k=5)).citations
+    assert all(Path(c.source_path).name == "ch04.md" for c in before)
+    exe = shutil.which("citerag") or str(Path(sys.executable).parent / "citerag")
+    subprocess.run([exe, "ingest", str(DEV_CORPUS / "pr01.en.html"), "--index", str(index)], check=True,
+                   capture_output=True, timeout=600)
+    after = reader.search("popcon votes package popularity", SearchOptions(mode="bm25", k=5)).citations
+    assert Path(after[0].source_path).name == "pr01.en.html"
+    reader.close()
