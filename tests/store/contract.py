@@ -286,3 +286,46 @@ class StoreContract:
         assert other.generation() == seen[-1]
         add(other, LAN_RANGES)
         assert store.generation() > seen[-1] and store.snapshot(MODEL).generation == other.generation()
+
+    def test_one_store_serves_several_threads(self, make_store: MakeStore) -> None:
+        """A service answers from a pool of threads over one open store: writers and readers at once."""
+        import threading
+
+        store = make_store("ix")
+        docs = [ROOT_ACCOUNT, LAN_RANGES, MTU]
+        ids = [add(store, doc) for doc in docs]
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def write(i: int) -> None:
+            try:
+                for round_ in range(10):  # each thread swaps its own document between two versions
+                    save(store, ids[i], docs[(i + round_) % len(docs)], sha256=f"s{round_}")
+            except BaseException as exc:  # noqa: BLE001 - every failure counts
+                errors.append(exc)
+
+        def read() -> None:
+            try:
+                while not done.is_set():
+                    snap = store.snapshot(MODEL)
+                    for c in snap.chunks:
+                        assert snap.texts[c.document_id][c.start:c.end] == c.content
+                    assert len(store.documents()) == len(docs)
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        writers = [threading.Thread(target=write, args=(i,)) for i in range(len(docs))]
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for t in readers + writers:
+            t.start()
+        for t in writers:
+            t.join(timeout=120)
+        done.set()
+        for t in readers:
+            t.join(timeout=120)
+        assert errors == []
+        final = store.snapshot(MODEL)
+        assert {d.id for d in final.documents.values()} == set(ids)
+        store.close()
+        with pytest.raises(CiteragError, match="closed"):
+            store.documents()

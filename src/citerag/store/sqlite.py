@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -138,21 +139,47 @@ class SqliteStore:
                 index_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise CiteragError(f"cannot create index directory {index_dir}: {exc.strerror}") from exc
+        # One connection per thread (a service answers from several): sqlite3 connections must not be shared
+        # between threads, and under WAL each thread's reads see whole commits on their own.
+        self._busy_ms = int(busy_timeout * 1000)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
         try:
-            with self._environment("open"):
-                self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._connect()
         except sqlite3.DatabaseError as exc:
             raise CiteragError(f"cannot open index at {index_dir}: {exc}") from exc
         try:
-            self._open(index_dir, create, busy_timeout)
+            self._open(index_dir, create)
         except BaseException:
-            self._db.close()
+            self.close()
             raise
 
-    def _open(self, index_dir: Path, create: bool, busy_timeout: float) -> None:
-        # Connection settings only: nothing here writes to the file.
-        self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        self._db.execute("PRAGMA foreign_keys = ON")
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """This thread's connection, opened on its first use."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None:
+            return db
+        if self._closed:
+            raise CiteragError(f"the index at {self.path.parent} was closed")
+        return self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        with self._environment("open"):
+            # check_same_thread=False only so that close() may run on another thread; each connection is
+            # used by the thread that opened it.
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # Connection settings only: nothing here writes to the file.
+            db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            db.execute("PRAGMA foreign_keys = ON")
+        self._local.db = db
+        with self._lock:
+            self._connections.append(db)
+        return db
+
+    def _open(self, index_dir: Path, create: bool) -> None:
         try:
             with self._environment("open"):
                 found = self._schema_version()
@@ -209,7 +236,13 @@ class SqliteStore:
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
-        self._db.close()
+        # Threads that ended keep their connection here until now: a worker pool reuses its threads.
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for db in connections:
+            db.close()
+        self._local = threading.local()
 
     @contextmanager
     def _environment(self, doing: str) -> Iterator[None]:
