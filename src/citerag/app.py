@@ -43,7 +43,7 @@ from citerag.ingest import (
 from citerag.search import Retriever
 from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
 from citerag.settings import Settings, load_settings, set_in_config_file
-from citerag.store import ChunkStats, Store
+from citerag.store import ChunkStats, Store, open_store_url
 from citerag.types import Answer, Chunk, Document, Extracted, SearchResult, StoredChunk
 
 MODES = ("dense", "bm25", "hybrid")
@@ -118,13 +118,14 @@ def check_text(text: str, what: str) -> str:
 
 
 def _open_store(settings: Settings, create: bool) -> Store:
-    from citerag.store import open_store_url
-
     return open_store_url(settings.store_url, create=create)
 
 
 class _Lru:
-    """A bounded, thread-safe map: the query-vector cache (a question costs an encoder call only once)."""
+    """A bounded, thread-safe map: the query-vector cache (a question costs an encoder call only once).
+
+    Fifteen lines rather than functools.lru_cache, which cannot be filled from one batched encoder call
+    (`embed_queries`); the caches issue replaces it with the shared cache backends."""
 
     def __init__(self, size: int) -> None:
         self.size = size
