@@ -40,13 +40,16 @@ from citerag.ingest import (
     display_path,
     is_stale,
 )
-from citerag.search import Retriever
+from citerag.search import MODES, Retriever
 from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
 from citerag.settings import Settings, load_settings, set_in_config_file
 from citerag.store import ChunkStats, Store, open_store_url
 from citerag.types import Answer, Chunk, Document, Extracted, SearchResult, StoredChunk
 
-MODES = ("dense", "bm25", "hybrid")
+# What a generator is built from: two collections that agree on these share one (a local LLM loads once).
+_GENERATOR_SETTINGS = {"generator", "embedding_model", "llm_model_path", "llm_context", "llm_max_tokens",
+                       "llm_temperature", "openai_base_url", "openai_model", "openai_api_key_env", "openai_stream",
+                       "generator_timeout", "generator_retries"}
 log = logging.getLogger("citerag")
 
 
@@ -246,10 +249,7 @@ class Citerag:
     def generator(self, settings: Settings) -> Any:
         from citerag.answer.generators import make_generator
 
-        key = ("generator", settings.generator, settings.embedding_model, settings.llm_model_path,
-               str(settings.llm_context), str(settings.llm_max_tokens), str(settings.llm_temperature),
-               settings.openai_base_url, settings.openai_model, settings.openai_api_key_env,
-               str(settings.openai_stream), str(settings.generator_timeout), str(settings.generator_retries))
+        key = ("generator", settings.model_dump_json(include=_GENERATOR_SETTINGS))
         return self._model(key, lambda: make_generator(settings, lambda: self.encoder(settings.embedding_model)))
 
     def query_vector(self, model: str, text: str) -> np.ndarray:

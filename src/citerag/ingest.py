@@ -176,7 +176,8 @@ class Indexer:
 
     def _reindex(self, docs: list[Document], progress: Progress | None) -> IngestReport:
         report = IngestReport()
-        for path in progress([Path(d.source_path) for d in docs]) if progress else [Path(d.source_path) for d in docs]:
+        paths = [Path(d.source_path) for d in docs]
+        for path in progress(paths) if progress else paths:
             self._index_file(path, report)
         return report
 
@@ -199,16 +200,13 @@ class Indexer:
         report = report if report is not None else IngestReport()
         sha = hashlib.sha256(source.data).hexdigest()
         doc = self.store.document_by_path(source.uri)
-        if doc and doc.status == "indexed" and is_settled(doc, sha, self.stamps_for(doc.name)):
+        stamps = self.stamps_for(source.display_name)
+        if doc and doc.status == "indexed" and is_settled(doc, sha, stamps):
             report.unchanged += 1
             return Outcome(doc.id, "unchanged")
         doc_id = doc.id if doc else self.store.add_pending(source.uri, source.display_name, sha)
-        stamps = self.stamps_for(source.display_name)
         try:
-            limit = int(self.settings.max_file_mb * 1024 * 1024)
-            if len(source.data) > limit:
-                raise ExtractionError(f"file is {len(source.data) / 1048576:.1f} MB, over the "
-                                      f"{self.settings.max_file_mb:g} MB limit (max_file_mb)")
+            self._check_size(len(source.data))
             self._index_bytes(doc_id, source, sha, stamps, report)
         except (KeyboardInterrupt, SystemExit, StoreUnavailable):
             raise
@@ -230,13 +228,14 @@ class Indexer:
         report.failed.append((key, reason))
         return Outcome(doc_id, "failed", reason)
 
+    def _check_size(self, size: int) -> None:
+        if size > self.settings.max_file_mb * 1024 * 1024:
+            raise ExtractionError(f"file is {size / 1048576:.1f} MB, over the {self.settings.max_file_mb:g} MB "
+                                  "limit (max_file_mb)")
+
     def _read(self, path: Path) -> bytes:
-        limit = int(self.settings.max_file_mb * 1024 * 1024)
         try:
-            size = path.stat().st_size
-            if size > limit:
-                raise ExtractionError(f"file is {size / 1048576:.1f} MB, over the {self.settings.max_file_mb:g} MB "
-                                      "limit (max_file_mb)")
+            self._check_size(path.stat().st_size)  # before reading: an oversized file is never loaded
             return path.read_bytes()
         except FileNotFoundError:
             raise ExtractionError("file no longer exists") from None

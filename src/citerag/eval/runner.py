@@ -19,7 +19,6 @@ from citerag.chunk import STRATEGIES
 from citerag.errors import CiteragError
 from citerag.eval.needle import NeedleProblem, check_needles, chunk_body, destroyed
 from citerag.eval.truth import OodQuery, Question
-from citerag.settings import sqlite_url
 from citerag.text import collapse
 from citerag.types import Extracted
 
@@ -130,8 +129,9 @@ def build_index(app: Citerag, base: Settings, files: Sequence[Path], cache: Path
                 questions: Sequence[Question], log: Callable[[str], None]) -> tuple[IndexInfo, Collection]:
     """The (embedder, strategy) index as a collection of `app`, brought up to date with `files`."""
     index_dir = (cache / safe_name(embedder) / strategy).resolve()
+    # The store URL follows index_dir (base never sets one).
     settings = base.with_changes(collection=f"{safe_name(embedder)}.{strategy}", index_dir=index_dir,
-                                 store_url=sqlite_url(index_dir), strategy=strategy, embedding_model=embedder)
+                                 strategy=strategy, embedding_model=embedder)
     collection = app.open_collection(settings, create=True)
     started = time.perf_counter()
     report = collection.ingest(files)
@@ -149,9 +149,9 @@ def build_index(app: Citerag, base: Settings, files: Sequence[Path], cache: Path
         f"{len(report.failed)} failed ({seconds:.1f}s)")
     chunks, documents = collection.indexed_chunks()
     stats = collection.chunk_stats()
-    docs = [d for d in collection.documents() if d.status == "indexed"]
-    failed = [{"source_path": d.source_path, "error": d.error or ""} for d in collection.documents()
-              if d.status != "indexed"]
+    every = collection.documents()
+    docs = [d for d in every if d.status == "indexed"]
+    failed = [{"source_path": d.source_path, "error": d.error or ""} for d in every if d.status != "indexed"]
     tokens = [t for d in docs if d.id in stats for t in stats[d.id].tokens]
     headers = [t for d in docs if d.id in stats for t in stats[d.id].header_tokens]
     bodies = [chunk_body(c, documents[c.document_id]) for c in chunks]
@@ -189,7 +189,7 @@ def score_reranked(collection: Collection, rerank_model: str, shortlist: int, qu
     return out
 
 
-# Called once, for the first embedder and `generate_strategy`, with that index's retriever and folder.
+# Called once, for the first embedder and `generate_strategy`, with that index's collection.
 GenerateHook = Callable[[Collection], dict[str, Any]]
 
 
