@@ -224,16 +224,21 @@ def test_cli_searches_while_ingest_replaces_documents(tmp_path: Path) -> None:
         assert json.loads(sout)
 
 
-def test_a_long_lived_process_sees_documents_another_process_adds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("vector_index", ["exact", "hnsw"])
+def test_a_long_lived_process_sees_documents_another_process_adds(tmp_path: Path, vector_index: str) -> None:
     """No restart: the collection notices the store's new generation and searches the new document."""
     index = tmp_path / "ix"
-    reader = Citerag.open(Settings(index_dir=index), create=True)
+    reader = Citerag.open(Settings(index_dir=index, vector_index=vector_index), create=True)
     reader.ingest([DATA / "markdown" / "debian-reference" / "ch04.md"])
     before = reader.search("popcon votes package popularity", SearchOptions(mode="bm25", k=5)).citations
     assert all(Path(c.source_path).name == "ch04.md" for c in before)
+    dense = reader.search("How do I see how popular a package is?", SearchOptions(mode="dense", k=3)).citations
     exe = shutil.which("citerag") or str(Path(sys.executable).parent / "citerag")
     subprocess.run([exe, "ingest", str(DEV_CORPUS / "pr01.en.html"), "--index", str(index)], check=True,
                    capture_output=True, timeout=600)
     after = reader.search("popcon votes package popularity", SearchOptions(mode="bm25", k=5)).citations
     assert Path(after[0].source_path).name == "pr01.en.html"
+    # The new document's vectors were added too, read from the change log: dense hits now include it.
+    dense_after = reader.search("popcon votes package popularity", SearchOptions(mode="hybrid", k=3)).citations
+    assert Path(dense_after[0].source_path).name == "pr01.en.html" and dense
     reader.close()

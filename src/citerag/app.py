@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,9 @@ import numpy as np
 from citerag.answer.check import CitationMetrics
 from citerag.answer.generators.base import Generator, GeneratorError
 from citerag.errors import CiteragError
+from citerag.index.sync import IndexLockTimeout, SearchIndexes, index_dir
+from citerag.index.sync import load as load_indexes
+from citerag.index.sync import persist as persist_indexes
 from citerag.ingest import (
     Discovered,
     Indexer,
@@ -281,7 +286,8 @@ class Collection:
         self.store = store
         self.indexer = Indexer(store, settings, lambda: app.encoder(settings.embedding_model))
         self._search_lock = threading.Lock()
-        self._retriever: Retriever | None = None
+        self._indexes: SearchIndexes | None = None  # loaded on first use
+        self._index_dir = index_dir(settings.sqlite_dir, settings.embedding_model, settings.vector_index)
 
     @property
     def location(self) -> str:
@@ -292,23 +298,37 @@ class Collection:
         self.store.close()
 
     # Writing
+    # Each write ends by saving the search indexes (see persist_indexes), also when the write failed half way.
     def ingest(self, paths: Iterable[Path] | Discovered, progress: Progress | None = None) -> IngestReport:
         found = paths if isinstance(paths, Discovered) else discover(paths)
-        return self.indexer.ingest(found, progress)
+        try:
+            return self.indexer.ingest(found, progress)
+        finally:
+            self.persist_indexes()
 
     def index_document(self, source: Source) -> Outcome:
-        return self.indexer.index_document(source)
+        try:
+            return self.indexer.index_document(source)
+        finally:
+            self.persist_indexes()
 
     def delete(self, document_id: int) -> None:
         if self.store.document(document_id) is None:
             raise CiteragError(f"no document {document_id} in collection {self.name!r}")
         self.store.delete(document_id)
+        self.persist_indexes()
 
     def retry_failed(self, progress: Progress | None = None) -> IngestReport:
-        return self.indexer.retry_failed(progress)
+        try:
+            return self.indexer.retry_failed(progress)
+        finally:
+            self.persist_indexes()
 
     def reindex_stale(self, progress: Progress | None = None) -> IngestReport:
-        return self.indexer.reindex_stale(progress)
+        try:
+            return self.indexer.reindex_stale(progress)
+        finally:
+            self.persist_indexes()
 
     # Reading
     def documents(self) -> list[Document]:
@@ -322,35 +342,51 @@ class Collection:
         return dict(self.store.chunk_stats())
 
     def indexed_chunks(self) -> tuple[list[StoredChunk], dict[int, Document]]:
-        """Every searchable chunk and its document, from one consistent snapshot."""
-        snapshot = self._current().snapshot
+        """Every searchable chunk and its document, from one consistent snapshot (evaluation, training)."""
+        snapshot = self.store.snapshot(self.settings.embedding_model)
         return list(snapshot.chunks), dict(snapshot.documents)
 
-    def _current(self) -> Retriever:
-        """The retriever over the store's current generation: rebuilt only after a write, and built from one
-        read transaction, so chunks, vectors and texts always belong to the same version of every document."""
-        generation = self.store.generation()
-        with self._search_lock:
-            current = self._retriever
-            if current is None or current.snapshot.generation != generation:
-                model = self.settings.embedding_model
-                snapshot = self.store.snapshot(model)
-                if snapshot.excluded_documents:
-                    log.warning("%d document(s) indexed with another embedding model are not searched; run "
-                                "`citerag reindex --stale`", snapshot.excluded_documents)
-                current = Retriever(snapshot, lambda q: self.app.query_vector(model, q), rrf_k=self.settings.rrf_k)
-                self._retriever = current
-            return current
+    def _search_indexes(self) -> SearchIndexes:
+        if self._indexes is None:
+            self._indexes = load_indexes(self._index_dir, self.settings.embedding_model, self.settings.vector_index)
+        return self._indexes
 
-    def _searchable(self) -> Retriever:
-        retriever = self._current()
-        if not retriever.snapshot.chunks:
-            if retriever.snapshot.excluded_documents:
-                raise CiteragError(f"no documents in {self.location} were indexed with "
-                                   f"{self.settings.embedding_model}: run `citerag reindex --stale`")
-            raise CiteragError(f"the index at {self.location} has no indexed documents: "
-                               "run `citerag ingest PATH` first")
-        return retriever
+    def persist_indexes(self) -> None:
+        """Save the search indexes at the store's generation, so the next process opens them without rebuilding.
+
+        Called after every write; a failure here loses nothing (the store has committed, and any process
+        catches up from its change log), so it is logged, not raised."""
+        with self._search_lock:
+            try:
+                self._indexes = persist_indexes(self._search_indexes(), self.store)
+            except (OSError, IndexLockTimeout) as exc:
+                log.warning("search indexes in %s not saved (%s): they catch up from the store instead",
+                            self._index_dir, getattr(exc, "strerror", None) or exc)
+
+    @contextmanager
+    def _retriever(self) -> Iterator[Retriever]:
+        """A retriever over indexes caught up to one store view; hits and texts come from that view.
+
+        One search at a time per collection: catching up mutates the indexes, and a scan takes milliseconds."""
+        model = self.settings.embedding_model
+        rebuilt = False
+        with self._search_lock, self.store.view() as view:
+            indexes = self._search_indexes()
+            applied = indexes.catch_up(view)
+            rebuilt = applied < 0
+            if applied and (excluded := view.excluded_documents(model)):
+                log.warning("%d document(s) indexed with another embedding model are not searched; run "
+                            "`citerag reindex --stale`", excluded)
+            if not len(indexes):
+                if view.excluded_documents(model):
+                    raise CiteragError(f"no documents in {self.location} were indexed with {model}: "
+                                       "run `citerag reindex --stale`")
+                raise CiteragError(f"the index at {self.location} has no indexed documents: "
+                                   "run `citerag ingest PATH` first")
+            yield Retriever(indexes.vector, indexes.lexical, view, lambda q: self.app.query_vector(model, q),
+                            rrf_k=self.settings.rrf_k)
+        if rebuilt:  # built from the whole store: save it so that the next process need not
+            self.persist_indexes()
 
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
         from citerag.answer.citations import cite
@@ -358,20 +394,27 @@ class Collection:
 
         check_text(query, "query")
         settings = self.settings.with_changes(**(options or SearchOptions()).changes())
-        retriever = self._searchable()
         timings: dict[str, float] = {}
-        hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)[:settings.k]
-        return SearchResult(hits, cite(hits, retriever.snapshot.texts.__getitem__), timings)
+        with self._retriever() as retriever:
+            hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)
+            hits = hits[:settings.k]
+            texts = retriever.texts({h.document.id for h in hits})
+        return SearchResult(hits, cite(hits, texts.__getitem__), timings)
 
     def ask(self, question: str, options: AskOptions | None = None) -> Answer:
-        from citerag.answer.pipeline import answer_question
+        from citerag.answer.pipeline import answer_hits, retrieve
 
         check_text(question, "question")
+        started = time.perf_counter()
         settings = self.settings.with_changes(**(options or AskOptions()).changes())
-        retriever = self._searchable()
-        answer = answer_question(question, retriever, self.app.generator(settings),
-                                 retriever.snapshot.texts.__getitem__, settings,
-                                 self.app.reranker(settings.rerank_model))
+        timings: dict[str, float] = {}
+        with self._retriever() as retriever:
+            hits = retrieve(question, retriever, settings, self.app.reranker(settings.rerank_model), timings)
+            # Only what can be cited: the hits the gate passes (answer_hits applies the same rule again).
+            texts = retriever.texts({h.document.id for h in gate(hits, settings.threshold, settings.max_sources)})
+        # The generator runs after the read has ended: a slow model holds neither the index nor the database.
+        answer = answer_hits(question, hits, self.app.generator(settings), texts.__getitem__, settings, timings,
+                             started)
         if answer.check is not None:
             self.app.citation_metrics.record(answer.check)
         return answer

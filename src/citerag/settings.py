@@ -25,7 +25,7 @@ ENV_PREFIX = "CITERAG_"
 _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k", "max_file_mb", "rerank_shortlist",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries")
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid"),
-            "generator": ("extractive", "llama", "openai")}
+            "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw")}
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 _PASSWORD_IN_URL = re.compile(r"(://[^/@:]*:)[^/@]*@")
 
@@ -64,6 +64,9 @@ class Settings(BaseModel):
     mode: str = "dense"  # dense | bm25 | hybrid
     k: int = Field(default=20, ge=1, le=1000)
     rrf_k: int = Field(default=60, ge=1)
+    # Dense search: exact (a scan of every vector; what the evaluation's baseline measures) or hnsw (approximate,
+    # for large collections; see docs/performance.md for its recall against exact).
+    vector_index: str = "exact"
     max_file_mb: float = Field(default=50.0, gt=0)
     # Rerank stage: a local cross-encoder folder (or a model id in the local HF cache); empty = off.
     rerank_model: str = ""

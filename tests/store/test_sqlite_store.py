@@ -99,21 +99,29 @@ def _assert_holds(store: Store, expected: dict[str, Any]) -> None:
 # --- migrations -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_older_index_is_upgraded_in_place_and_keeps_everything(tmp_path: Path, version: int) -> None:
     ix, expected = _fixture(version, tmp_path)
-    assert _meta(ix / "index.sqlite3")["schema_version"] == str(version) == str(expected["schema_version"])
+    before = _meta(ix / "index.sqlite3")
+    assert before["schema_version"] == str(version) == str(expected["schema_version"])
     store = open_store(ix)
-    assert _meta(ix / "index.sqlite3") == {"schema_version": "3", "generation": "0"}
+    generation = int(before.get("generation", 0))  # v3 counted its writes; older ones start at 0
+    # The change log starts at the upgrade: search indexes older than it rebuild once.
+    assert _meta(ix / "index.sqlite3") == {"schema_version": "4", "generation": str(generation),
+                                           "log_start": str(generation)}
     assert "locators" in _columns(ix / "index.sqlite3", "documents")
-    assert store.generation() == 0
+    assert store.generation() == generation
     _assert_holds(store, expected)
+    with store.view() as view:
+        assert view.changed_documents(generation - 1) is None and view.changed_documents(generation) == []
     # The upgraded index takes writes and serves them next to the old documents.
     doc = add(store, ROOT_ACCOUNT, model=expected["embedding_model"])
-    assert store.generation() == 2 and store.locators(doc) == ROOT_ACCOUNT.locators
+    assert store.generation() == generation + 2 and store.locators(doc) == ROOT_ACCOUNT.locators
+    with store.view() as view:
+        assert view.changed_documents(generation) == [doc]
     assert len(store.snapshot(expected["embedding_model"]).documents) == 3
     store.close()
-    assert open_store(ix).generation() == 2  # opened again: current, nothing more to do
+    assert open_store(ix).generation() == generation + 2  # opened again: current, nothing more to do
 
 
 def test_the_upgraded_schema_is_the_one_a_new_index_gets(tmp_path: Path) -> None:
@@ -122,7 +130,7 @@ def test_the_upgraded_schema_is_the_one_a_new_index_gets(tmp_path: Path) -> None
         db = sqlite3.connect(path)
         try:
             return {t: sorted(tuple(r[1:]) for r in db.execute(f"PRAGMA table_info({t})"))
-                    for t in ("meta", "documents", "chunks")} | \
+                    for t in ("meta", "documents", "chunks", "changes")} | \
                 {"indexes": db.execute("SELECT name, tbl_name FROM sqlite_master WHERE type = 'index'"
                                        " AND name NOT LIKE 'sqlite_%' ORDER BY name").fetchall()}
         finally:
@@ -159,7 +167,7 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.commit()
     db.close()
     _assert_holds(open_store(ix1), expected1)
-    assert _meta(ix1 / "index.sqlite3")["schema_version"] == "3"
+    assert _meta(ix1 / "index.sqlite3")["schema_version"] == "4"
 
     ix2, expected2 = _fixture(2, tmp_path)
     db = sqlite3.connect(ix2 / "index.sqlite3")
@@ -167,21 +175,29 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.commit()
     db.close()
     _assert_holds(open_store(ix2), expected2)
-    assert _meta(ix2 / "index.sqlite3") == {"schema_version": "3", "generation": "0"}
+    assert _meta(ix2 / "index.sqlite3") == {"schema_version": "4", "generation": "0", "log_start": "0"}
+
+    ix3, expected3 = _fixture(3, tmp_path)
+    db = sqlite3.connect(ix3 / "index.sqlite3")
+    db.execute("DELETE FROM meta WHERE key = 'schema_version'")  # the generation row says v3
+    db.commit()
+    db.close()
+    _assert_holds(open_store(ix3), expected3)
+    assert _meta(ix3 / "index.sqlite3") == {"schema_version": "4", "generation": "6", "log_start": "6"}
 
 
 def test_a_newer_index_asks_for_a_newer_citerag(tmp_path: Path) -> None:
     ix = tmp_path / "ix"
     open_store(ix, create=True).close()
     db = sqlite3.connect(ix / "index.sqlite3")
-    db.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    db.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     db.commit()
     db.close()
     with pytest.raises(CiteragError) as info:
         open_store(ix)
-    assert str(info.value) == (f"the index at {ix} has schema version 4, this citerag knows up to 3: "
+    assert str(info.value) == (f"the index at {ix} has schema version 5, this citerag knows up to 4: "
                                "upgrade citerag")
-    assert _meta(ix / "index.sqlite3")["schema_version"] == "4"
+    assert _meta(ix / "index.sqlite3")["schema_version"] == "5"
 
 
 def test_an_empty_database_is_a_new_index_only_when_creating(tmp_path: Path) -> None:
@@ -192,7 +208,8 @@ def test_an_empty_database_is_a_new_index_only_when_creating(tmp_path: Path) -> 
         open_store(ix)
     assert (ix / "index.sqlite3").stat().st_size == 0
     store = open_store(ix, create=True)
-    assert store.documents() == [] and _meta(ix / "index.sqlite3") == {"schema_version": "3", "generation": "0"}
+    assert store.documents() == [] and \
+        _meta(ix / "index.sqlite3") == {"schema_version": "4", "generation": "0", "log_start": "0"}
 
 
 def test_unreadable_index_is_a_clear_error(tmp_path: Path) -> None:

@@ -37,11 +37,13 @@ def retrieve(question: str, retriever: Retriever, settings: Settings, reranker: 
     return hits
 
 
-def answer_question(question: str, retriever: Retriever, generator: Generator, canonical_text: Callable[[int], str],
-                    settings: Settings, reranker: Reranker | None = None) -> Answer:
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    hits = retrieve(question, retriever, settings, reranker, timings)
+def answer_hits(question: str, hits: list[Hit], generator: Generator, canonical_text: Callable[[int], str],
+                settings: Settings, timings: dict[str, float] | None = None, started: float | None = None) -> Answer:
+    """Gate the ranked hits, cite what passes, generate and check; refuse without calling a model.
+
+    `started` is when the question arrived (perf_counter), so that timings["total"] includes retrieval."""
+    timings = {} if timings is None else timings
+    start = time.perf_counter() if started is None else started
     kept = gate(hits, settings.threshold, settings.max_sources)
     if not kept:
         timings["total"] = time.perf_counter() - start

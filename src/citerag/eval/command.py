@@ -70,6 +70,8 @@ def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: b
               "against --baseline.")
 @click.option("--exclude", multiple=True, metavar="GLOB",
               help="Leave out corpus files whose name or relative path matches (repeatable), e.g. '*.pdf'.")
+@click.option("--vector-index", type=click.Choice(["exact", "hnsw"]), default="exact", show_default=True,
+              help="Dense search: exact (what the baseline measures) or the approximate HNSW graph.")
 @click.option("--no-html", is_flag=True, help="Skip report.html and its PNGs (no matplotlib needed).")
 @click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
               help="Also evaluate hybrid+rerank: hybrid's shortlist reordered by this cross-encoder folder.")
@@ -82,7 +84,8 @@ def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: b
               "(needs --generator llama or openai).")
 def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: str, retrievers: str, embedders: str,
                  out: Path, cache: Path | None, cost_ratio: float, threshold: float | None, baseline: Path | None,
-                 gate: bool, exclude: tuple[str, ...], no_html: bool, rerank_model: str | None, shortlist: int,
+                 gate: bool, exclude: tuple[str, ...], vector_index: str, no_html: bool, rerank_model: str | None,
+                 shortlist: int,
                  generate: bool, generator: str, llm_model_path: str | None, openai_base_url: str | None,
                  openai_model: str | None, generator_timeout: float | None, judge: bool) -> None:
     """Measure retrieval on a needle ground truth: Recall@k, MRR, nDCG@10 with Wilson intervals, destroyed
@@ -113,7 +116,7 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
     # evaluation measures exactly what its flags say).
     defaults = Settings().with_changes(threshold=threshold, generator=generator, llm_model_path=llm_model_path,
                                    openai_base_url=openai_base_url, openai_model=openai_model,
-                                   generator_timeout=generator_timeout)
+                                   generator_timeout=generator_timeout, vector_index=vector_index)
     ref = defaults.threshold
     app = Citerag()
     if rerank_model:
@@ -131,7 +134,7 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
                        settings=defaults, app=app)
     settings = {"corpus": str(corpus), "questions": str(questions), "ood": str(ood) if ood else None,
                 "strategies": strategy_list, "retrievers": retriever_list, "embedders": embedder_list,
-                "exclude": list(exclude), "rerank": rerank_model or None,
+                "exclude": list(exclude), "vector_index": vector_index, "rerank": rerank_model or None,
                 "shortlist": shortlist if rerank_model else None, "generate": generator if generate else None}
     report = build_report(run, qs, oods, settings, cost_ratio=cost_ratio, reference_threshold=ref)
     result = None

@@ -8,16 +8,13 @@ and conformance to the published scores is the contract. Postings are numpy arra
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 
 import numpy as np
 
-_TOKEN = re.compile(r"[a-z0-9]+")
+from citerag.text import tokenize
 
-
-def tokenize(text: str) -> list[str]:
-    return _TOKEN.findall(text.lower())
+__all__ = ["BM25", "tokenize"]
 
 
 class BM25:

@@ -1,64 +1,60 @@
-"""Dense, BM25 and hybrid (RRF) retrieval over one store snapshot."""
+"""Dense, BM25 and hybrid (RRF) ranking over a collection's search indexes, hits read from one store view."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import cached_property
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from citerag.search.bm25 import BM25
+from citerag.index.base import LexicalIndex, VectorIndex
 from citerag.search.fuse import rrf
-from citerag.store import Snapshot
+from citerag.store.base import StoreView
 from citerag.types import Hit
 
 MODES = ("dense", "bm25", "hybrid")
 
 
-def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k best scores, best first; ties by index so results are reproducible."""
-    k = min(k, len(scores))
-    if k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    part = np.argpartition(-scores, k - 1)[:k]
-    return part[np.lexsort((part, -scores[part]))]
-
-
 class Retriever:
-    """Search over one consistent snapshot; `embed_query` turns a question into the snapshot model's vector
-    (the application passes its query cache, shared by every collection on the same model)."""
+    """Ranks with the indexes (caught up to `view.generation` by the caller) and reads the hits' chunks and
+    documents from the same view, so a hit never pairs one version's chunk with another's document.
 
-    def __init__(self, snapshot: Snapshot, embed_query: Callable[[str], np.ndarray], rrf_k: int = 60,
-                 fusion_depth: int = 100) -> None:
-        self.snapshot = snapshot
+    `embed_query` turns a question into the indexes' model's vector (the application passes its query cache)."""
+
+    def __init__(self, vector: VectorIndex | None, lexical: LexicalIndex, view: StoreView,
+                 embed_query: Callable[[str], np.ndarray], rrf_k: int = 60, fusion_depth: int = 100) -> None:
+        self.vector, self.lexical = vector, lexical
+        self.view = view
         self._embed = embed_query
         self.rrf_k = rrf_k
         self.fusion_depth = fusion_depth
 
-    @cached_property
-    def bm25(self) -> BM25:
-        return BM25([c.text for c in self.snapshot.chunks])
-
     def search(self, query: str, mode: str = "hybrid", k: int = 20) -> list[Hit]:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
-        if not self.snapshot.chunks:
+        vector, lexical = self.vector, self.lexical
+        if vector is None or not len(vector):
             return []
         q = self._embed(query)
-        cosine = self.snapshot.vectors @ q
         if mode == "dense":
-            ranked = [(int(i), float(cosine[i])) for i in top_k(cosine, k)]
-        elif mode == "bm25":
-            lexical = self.bm25.scores(query)
-            ranked = [(int(i), float(lexical[i])) for i in top_k(lexical, k) if lexical[i] > 0]
+            ids, scores = vector.search(q, k)
+            similarity = scores
         else:
-            dense = [int(i) for i in top_k(cosine, self.fusion_depth)]
-            lexical = self.bm25.scores(query)
-            bm = [int(i) for i in top_k(lexical, self.fusion_depth) if lexical[i] > 0]
-            ranked = rrf([dense, bm], k=self.rrf_k)[:k]
-        # Every hit, BM25-only ones included, gets its cosine distance from the stored vectors,
-        # so the gate treats all hits alike.
-        chunks, documents = self.snapshot.chunks, self.snapshot.documents
-        return [Hit(chunk=chunks[i], document=documents[chunks[i].document_id], rank=r + 1, score=s,
-                    cosine_distance=float(1.0 - cosine[i]))
-                for r, (i, s) in enumerate(ranked)]
+            if mode == "bm25":
+                ids, scores = lexical.search(query, k)
+            else:
+                dense, _ = vector.search(q, self.fusion_depth)
+                lexical_ids, _ = lexical.search(query, self.fusion_depth)
+                fused = rrf([dense.tolist(), lexical_ids.tolist()], k=self.rrf_k)[:k]
+                ids = np.array([i for i, _ in fused], dtype=np.int64)
+                scores = np.array([s for _, s in fused], dtype=np.float64)
+            # Every hit, BM25-only ones included, gets its exact cosine distance, so the gate treats all alike.
+            similarity = vector.similarity(q, ids)
+        chunks = self.view.chunks(ids.tolist())
+        documents = self.view.documents({c.document_id for c in chunks.values()})
+        return [Hit(chunk=chunks[i], document=documents[chunks[i].document_id], rank=r + 1, score=float(s),
+                    cosine_distance=float(1.0 - c))
+                for r, (i, s, c) in enumerate(zip(ids.tolist(), scores.tolist(), similarity.tolist(), strict=True))]
+
+    def texts(self, document_ids: Iterable[int]) -> dict[int, str]:
+        """Canonical texts, from the same view as the hits."""
+        return self.view.texts(document_ids)

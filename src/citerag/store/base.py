@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +34,50 @@ class Snapshot:
     excluded_documents: int = 0  # indexed with another embedding model: never mixed in
     texts: dict[int, str] = field(default_factory=dict)
     generation: int = 0  # the store generation read; a later `Store.generation()` differing means stale
+
+
+@dataclass
+class ChunkBatch:
+    """Chunks for a search index, row for row: stored chunk ids, their documents, embedded texts, unit vectors."""
+
+    ids: np.ndarray  # int64
+    document_ids: np.ndarray  # int64
+    texts: list[str]
+    vectors: np.ndarray  # float32, (len(ids), dim)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class StoreView(Protocol):
+    """One read transaction: every call sees the same commit, `generation`, whatever commits meanwhile."""
+
+    generation: int
+
+    def changed_documents(self, since: int) -> list[int] | None:
+        """Documents changed by generations after `since`; None when the change log does not reach back that far."""
+        ...
+
+    def indexed_chunks(self, embedding_model: str, document_ids: Sequence[int] | None = None,
+                       batch: int = 20_000) -> Iterator[ChunkBatch]:
+        """The chunks of indexed documents of this model (all, or of `document_ids`), by chunk id, in batches."""
+        ...
+
+    def chunks(self, ids: Iterable[int]) -> dict[int, StoredChunk]:
+        """Stored chunks by id; ids no longer stored are left out."""
+        ...
+
+    def documents(self, ids: Iterable[int]) -> dict[int, Document]:
+        """Documents by id, locators loaded."""
+        ...
+
+    def texts(self, ids: Iterable[int]) -> dict[int, str]:
+        """Canonical texts of indexed documents by id."""
+        ...
+
+    def excluded_documents(self, embedding_model: str) -> int:
+        """Indexed documents stamped with another embedding model: never searched alongside this one."""
+        ...
 
 
 class Store(Protocol):
@@ -78,6 +124,10 @@ class Store(Protocol):
 
     def generation(self) -> int:
         """A counter bumped in the same transaction as every change to documents or chunks; reads leave it."""
+        ...
+
+    def view(self) -> AbstractContextManager[StoreView]:
+        """A read transaction for search: what the search indexes catch up to and where hits are read from."""
         ...
 
     def snapshot(self, embedding_model: str) -> Snapshot:

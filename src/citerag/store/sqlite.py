@@ -13,7 +13,7 @@ import errno
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,12 +22,16 @@ from typing import Any
 import numpy as np
 
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.store.base import ChunkStats, Snapshot
+from citerag.store.base import ChunkBatch, ChunkStats, Snapshot
 from citerag.types import Chunk, Document, Locator, StoredChunk
 
 DB_NAME = "index.sqlite3"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another writer before the store counts as unavailable
+
+# The change log: which document each generation changed, so that a search index that lags catches up per
+# document instead of rebuilding. One row per change is small; it is never trimmed.
+_CHANGES = "CREATE TABLE changes (generation INTEGER PRIMARY KEY, document_id INTEGER NOT NULL)"
 
 # The current schema, as a new index gets it. An older index reaches the same shape through _MIGRATIONS.
 _CREATE = (
@@ -62,6 +66,8 @@ _CREATE = (
 )""",
     "CREATE INDEX chunks_by_document ON chunks(document_id, ordinal)",
     "INSERT INTO meta VALUES ('generation', '0')",
+    _CHANGES,
+    "INSERT INTO meta VALUES ('log_start', '0')",
 )
 
 
@@ -79,11 +85,18 @@ def _add_generation(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")
 
 
+def _add_change_log(db: sqlite3.Connection) -> None:
+    # The log starts now: an index built before it must rebuild once, which `changed_documents` says by None.
+    db.execute(_CHANGES.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
+    db.execute("INSERT OR REPLACE INTO meta SELECT 'log_start', value FROM meta WHERE key = 'generation'")
+
+
 # (the version a step reaches, what it adds, the step). Steps run in order inside one write transaction,
 # so an upgrade is all or nothing; never edit a released step, append a new one.
 _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (2, "documents.locators: the extractor's locator map", _add_locators),
     (3, "meta generation: bumped with every change, so readers know when their snapshot is stale", _add_generation),
+    (4, "changes: the document each generation changed, so search indexes catch up per document", _add_change_log),
 ]
 assert _MIGRATIONS[-1][0] == SCHEMA_VERSION
 
@@ -123,8 +136,86 @@ def _document(row: tuple[Any, ...]) -> Document:
                     stamps=json.loads(row[9]), updated_at=row[10])
 
 
-def _bump_generation(db: sqlite3.Connection) -> None:
+def _bump_generation(db: sqlite3.Connection, doc_id: int) -> None:
+    """Next generation and its change-log row, inside the caller's write transaction."""
     db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+    db.execute("INSERT INTO changes SELECT CAST(value AS INTEGER), ? FROM meta WHERE key = 'generation'", (doc_id,))
+
+
+_IN_BATCH = 500  # ids per `IN (...)`: well under SQLite's variable limit
+
+
+def _batches(ids: Iterable[int]) -> Iterator[list[int]]:
+    items = list(ids)
+    for i in range(0, len(items), _IN_BATCH):
+        yield items[i:i + _IN_BATCH]
+
+
+_MODEL = "json_extract(d.stamps, '$.embedding_model')"
+
+
+class SqliteView:
+    """One read transaction on this thread's connection (see Store.view)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self.generation = int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+
+    def changed_documents(self, since: int) -> list[int] | None:
+        start = int(self._db.execute("SELECT value FROM meta WHERE key = 'log_start'").fetchone()[0])
+        if since < start:
+            return None
+        return [r[0] for r in self._db.execute(
+            "SELECT DISTINCT document_id FROM changes WHERE generation > ? ORDER BY document_id", (since,))]
+
+    def indexed_chunks(self, embedding_model: str, document_ids: Sequence[int] | None = None,
+                       batch: int = 20_000) -> Iterator[ChunkBatch]:
+        sql = ("SELECT c.id, c.document_id, c.text, c.vector FROM chunks c JOIN documents d ON d.id = c.document_id"
+               f" WHERE d.status = 'indexed' AND {_MODEL} = ?")
+        groups: Iterable[list[int] | None] = [None] if document_ids is None else _batches(sorted(document_ids))
+        for group in groups:
+            where = "" if group is None else f" AND c.document_id IN ({','.join('?' * len(group))})"
+            cursor = self._db.execute(sql + where + " ORDER BY c.id", (embedding_model, *(group or [])))
+            while rows := cursor.fetchmany(batch):
+                dim = len(rows[0][3]) // 4
+                yield ChunkBatch(ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+                                 document_ids=np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows)),
+                                 texts=[r[2] for r in rows],
+                                 vectors=np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32)
+                                 .reshape(len(rows), dim))
+
+    def chunks(self, ids: Iterable[int]) -> dict[int, StoredChunk]:
+        out: dict[int, StoredChunk] = {}
+        for group in _batches(ids):
+            for row in self._db.execute(
+                    "SELECT id, document_id, ordinal, text, content, section, start_offset, end_offset FROM chunks"
+                    f" WHERE id IN ({','.join('?' * len(group))})", group):
+                out[row[0]] = StoredChunk(*row)
+        return out
+
+    def documents(self, ids: Iterable[int]) -> dict[int, Document]:
+        out: dict[int, Document] = {}
+        for group in _batches(ids):
+            for row in self._db.execute(f"SELECT {_DOC_COLUMNS}, locators FROM documents"
+                                        f" WHERE id IN ({','.join('?' * len(group))})", group):
+                doc = _document(row)
+                doc.locators = [Locator.from_json(d) for d in json.loads(row[-1])]
+                out[doc.id] = doc
+        return out
+
+    def texts(self, ids: Iterable[int]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for group in _batches(ids):
+            for doc_id, text in self._db.execute(
+                    f"SELECT id, canonical_text FROM documents WHERE id IN ({','.join('?' * len(group))})"
+                    " AND canonical_text IS NOT NULL", group):
+                out[doc_id] = text
+        return out
+
+    def excluded_documents(self, embedding_model: str) -> int:
+        return int(self._db.execute(
+            f"SELECT count(*) FROM documents d WHERE d.status = 'indexed' AND {_MODEL} IS NOT ?",
+            (embedding_model,)).fetchone()[0])
 
 
 class SqliteStore:
@@ -210,7 +301,11 @@ class SqliteStore:
                     raise CiteragError(f"the index at {self.path.parent} has an unreadable schema version "
                                        f"{row[0]!r}") from None
         if "documents" in tables:
-            # A lost marker is no proof of the current schema: read the version off the columns (1 had no locators).
+            # A lost marker is no proof of the current schema: read the version off what each step added.
+            if "changes" in tables:
+                return 4
+            if "meta" in tables and self._db.execute("SELECT 1 FROM meta WHERE key = 'generation'").fetchone():
+                return 3
             return 2 if "locators" in _columns(self._db, "documents") else 1
         if tables:
             raise CiteragError(f"{self.path} is not a citerag index (tables: {', '.join(sorted(tables))})")
@@ -316,8 +411,9 @@ class SqliteStore:
             cur = db.execute(
                 "INSERT INTO documents (source_path, name, sha256, status, updated_at)"
                 " VALUES (?, ?, ?, 'pending', ?)", (source_path, name, sha256, _now()))
-            _bump_generation(db)
-        return int(cur.lastrowid or 0)
+            doc_id = int(cur.lastrowid or 0)
+            _bump_generation(db, doc_id)
+        return doc_id
 
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
@@ -340,7 +436,7 @@ class SqliteStore:
                 " chunk_count = ?, stamps = ?, canonical_text = ?, locators = ?, updated_at = ? WHERE id = ?",
                 (title, sha256, json.dumps(warnings), len(chunks), json.dumps(stamps, sort_keys=True),
                  canonical_text, _locators_json(locators or []), _now(), doc_id))
-            _bump_generation(db)
+            _bump_generation(db, doc_id)
 
     def save_failed(self, doc_id: int, *, sha256: str, stamps: dict[str, Any], error: str) -> None:
         with self._write() as db:
@@ -350,19 +446,19 @@ class SqliteStore:
                 " canonical_text = NULL, locators = '[]', updated_at = ? WHERE id = ?",
                 (sha256, error, json.dumps(stamps, sort_keys=True), _now(), doc_id))
             if cur.rowcount:
-                _bump_generation(db)
+                _bump_generation(db, doc_id)
 
     def set_error(self, doc_id: int, error: str | None) -> None:
         # The reason only: status, chunks, text, stamps, sha256 and updated_at still describe the served version,
         # so a failed re-index neither hides the old version nor makes it look current.
         with self._write() as db:
             if db.execute("UPDATE documents SET error = ? WHERE id = ?", (error, doc_id)).rowcount:
-                _bump_generation(db)
+                _bump_generation(db, doc_id)
 
     def delete(self, doc_id: int) -> None:
         with self._write() as db:
             if db.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount:
-                _bump_generation(db)
+                _bump_generation(db, doc_id)
 
     def canonical_text(self, doc_id: int) -> str:
         rows = self._rows("SELECT canonical_text FROM documents WHERE id = ?", (doc_id,))
@@ -378,6 +474,11 @@ class SqliteStore:
             stats.tokens.append(tokens)
             stats.header_tokens.append(header)
         return out
+
+    @contextmanager
+    def view(self) -> Iterator[SqliteView]:
+        with self._read() as db:
+            yield SqliteView(db)
 
     def snapshot(self, embedding_model: str) -> Snapshot:
         # Documents, texts, chunks and vectors from one read transaction: a commit landing between two of

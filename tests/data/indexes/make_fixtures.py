@@ -35,6 +35,7 @@ MARKDOWN = ROOT / "tests" / "data" / "markdown" / "debian-reference"
 SCHEMA_COMMITS = {
     1: "5d1cdb78b7319be495f27c2fd27945d6bb2f1ffb",  # core pipeline: documents without locators
     2: "98fed15e8f305149184085550e1fcc49348b91ae",  # formats with locators: documents.locators
+    3: "2d99e73969141bd8e07aebbffa2317ca21cc9e0d",  # application core: meta generation
 }
 DIM = 8
 MODEL = "fixture-encoder-8d"  # not a real encoder: the vectors are random unit vectors
@@ -50,7 +51,7 @@ def old_store_module(version: int) -> ModuleType:
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert str(version) == module.SCHEMA_VERSION, module.SCHEMA_VERSION
+    assert str(version) == str(module.SCHEMA_VERSION), module.SCHEMA_VERSION
     return module
 
 

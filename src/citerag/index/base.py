@@ -1,0 +1,130 @@
+"""Search indexes: a vector index and a lexical index beside the store, keyed by stored chunk id.
+
+The store is the truth; an index is derived from it and can always be rebuilt. Each index records the store
+generation it reflects, and `citerag.index.sync` brings it forward from the store's change log one document
+at a time. Rows are an index's own layout (appended, tombstoned, compacted); callers only ever see chunk ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from citerag.store.base import ChunkBatch
+
+
+class VectorIndex(Protocol):
+    """Unit vectors by chunk id; similarity is the dot product (cosine, as the vectors are unit length)."""
+
+    dim: int
+
+    def __len__(self) -> int:
+        """Live (searchable) vectors."""
+        ...
+
+    def add(self, batch: ChunkBatch) -> None:
+        """Index a batch; its documents must have been removed first if they were indexed before."""
+        ...
+
+    def remove_documents(self, document_ids: Iterable[int]) -> None: ...
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k most similar live chunks: (chunk ids, cosine similarities), best first, ties by chunk id."""
+        ...
+
+    def similarity(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Exact cosine similarity of the query to each of these live chunk ids."""
+        ...
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        """Write what is not on disk yet into `directory`; the state that `load` reopens it from.
+
+        Files that readers of an earlier state may have open are never changed in place below that state's rows.
+        """
+        ...
+
+
+class LexicalIndex(Protocol):
+    """BM25 over chunk texts; scores equal the reference formula over the live chunks."""
+
+    def __len__(self) -> int: ...
+
+    def add(self, batch: ChunkBatch) -> None: ...
+
+    def remove_documents(self, document_ids: Iterable[int]) -> None: ...
+
+    def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best-scoring live chunks with a score above zero: (chunk ids, scores), best first, ties by id."""
+        ...
+
+    def save(self, directory: Path) -> dict[str, Any]: ...
+
+
+class Rows:
+    """An index's row table: the chunk id and document of each row, tombstones, and lookups by id.
+
+    Rows are appended and never reused until compaction, so a row number stays valid in files already written.
+    """
+
+    def __init__(self, ids: np.ndarray | None = None, documents: np.ndarray | None = None) -> None:
+        self.ids = np.zeros(0, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+        self.documents = np.zeros(0, dtype=np.int64) if documents is None else np.asarray(documents, dtype=np.int64)
+        self.live = self.ids >= 0
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def live_count(self) -> int:
+        return int(self.live.sum())
+
+    def append(self, ids: np.ndarray, documents: np.ndarray) -> np.ndarray:
+        """Rows given to these chunks."""
+        start = len(self.ids)
+        self.ids = np.concatenate([self.ids, np.asarray(ids, dtype=np.int64)])
+        self.documents = np.concatenate([self.documents, np.asarray(documents, dtype=np.int64)])
+        self.live = np.concatenate([self.live, np.ones(len(ids), dtype=bool)])
+        self._sorted = None
+        return np.arange(start, len(self.ids))
+
+    def remove_documents(self, document_ids: Iterable[int]) -> np.ndarray:
+        """Tombstone the rows of these documents; the rows removed."""
+        gone = np.flatnonzero(np.isin(self.documents, np.fromiter(document_ids, dtype=np.int64)) & self.live)
+        self.live[gone] = False
+        self.ids[gone] = -1
+        self._sorted = None
+        return gone
+
+    def rows_of(self, ids: np.ndarray) -> np.ndarray:
+        """Row of each live chunk id; -1 where the id is not live here."""
+        if self._sorted is None:
+            order = np.flatnonzero(self.live)
+            order = order[np.argsort(self.ids[order], kind="stable")]
+            self._sorted = (self.ids[order], order)
+        keys, rows = self._sorted
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(keys):
+            return np.full(len(ids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(keys, ids), len(keys) - 1)
+        return np.where(keys[at] == ids, rows[at], -1)
+
+    def best(self, scores: np.ndarray, k: int, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, scores) of the k best live rows, best first, ties by chunk id; `positive`: scores > 0 only."""
+        usable = self.live & (scores > 0) if positive else self.live
+        candidates = np.flatnonzero(usable)
+        if k <= 0 or not len(candidates):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if len(candidates) > k:
+            part = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
+            # Every row tied with the k-th score competes, so that the tie-break by id is global.
+            kth = scores[part].min()
+            part = candidates[scores[candidates] >= kth]
+        else:
+            part = candidates
+        order = np.lexsort((self.ids[part], -scores[part]))[:k]
+        chosen = part[order]
+        return self.ids[chosen], scores[chosen]

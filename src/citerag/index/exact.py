@@ -1,0 +1,137 @@
+"""Exact vector search over a memory-mapped float32 file: the reference every approximate index is measured by.
+
+Rows are appended to the file and tombstoned on removal, so adding one document writes only its vectors and
+the row table; the file is rewritten (compacted) when a quarter of its rows are dead. Readers map the file, so
+opening a large index costs no read of it, and the kernel shares its pages between processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from citerag.index.base import Rows
+from citerag.index.files import fsync_path, load_arrays, new_name, save_arrays
+from citerag.store.base import ChunkBatch
+
+COMPACT_DEAD_FRACTION = 0.25
+
+
+class ExactIndex:
+    kind = "exact"
+
+    def __init__(self, dim: int, rows: Rows | None = None, stored: np.ndarray | None = None,
+                 file: str | None = None) -> None:
+        self.dim = dim
+        self.rows = rows or Rows()
+        self._stored = stored if stored is not None else np.zeros((0, dim), dtype=np.float32)  # on disk, mapped
+        self._file = file
+        self._tail: list[np.ndarray] = []  # added since the last save, in row order after the stored rows
+        self._tail_matrix: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.rows.live_count
+
+    def add(self, batch: ChunkBatch) -> None:
+        if not len(batch):
+            return
+        vectors = np.ascontiguousarray(batch.vectors, dtype=np.float32)
+        if vectors.shape[1] != self.dim:
+            raise ValueError(f"vectors of dimension {vectors.shape[1]} in an index of dimension {self.dim}")
+        self.rows.append(batch.ids, batch.document_ids)
+        self._tail.append(vectors)
+        self._tail_matrix = None
+
+    def remove_documents(self, document_ids: Iterable[int]) -> None:
+        self.rows.remove_documents(document_ids)
+
+    def _tail_rows(self) -> np.ndarray:
+        if self._tail_matrix is None:
+            self._tail_matrix = np.concatenate(self._tail) if self._tail else np.zeros((0, self.dim), np.float32)
+            self._tail = [self._tail_matrix] if len(self._tail_matrix) else []
+        return self._tail_matrix
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        """Cosine similarity of every row, dead ones included (callers mask with `rows.live`)."""
+        q = np.asarray(query, dtype=np.float32)
+        return np.concatenate([self._stored @ q, self._tail_rows() @ q])
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        stored = len(self._stored)
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        low = rows < stored
+        out[low] = self._stored[rows[low]]
+        out[~low] = self._tail_rows()[rows[~low] - stored]
+        return out
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.rows.best(self.scores(query), k)
+
+    def search_rows(self, query: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best among these live rows only (an approximate index's unindexed delta)."""
+        if not len(rows) or k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        sims = self.vectors(rows) @ np.asarray(query, dtype=np.float32)
+        order = np.lexsort((self.rows.ids[rows], -sims))[:k]
+        return self.rows.ids[rows[order]], sims[order].astype(np.float64)
+
+    def similarity(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        rows = self.rows.rows_of(ids)
+        if (rows < 0).any():
+            raise KeyError(f"chunk ids not in the index: {np.asarray(ids)[rows < 0][:5].tolist()}")
+        return (self.vectors(rows) @ np.asarray(query, dtype=np.float32)).astype(np.float64)
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        dead = len(self.rows) - self.rows.live_count
+        if self._file is None or (len(self.rows) and dead > COMPACT_DEAD_FRACTION * len(self.rows)):
+            self._compact(directory)
+        elif self._tail:
+            self._append(directory / self._file)
+        table = new_name("exact-rows", ".npz")
+        save_arrays(directory / table, ids=self.rows.ids, documents=self.rows.documents)
+        return {"type": self.kind, "dim": self.dim, "rows": len(self.rows), "vectors": self._file, "table": table}
+
+    def _append(self, path: Path) -> None:
+        tail = self._tail_rows()
+        stored = len(self._stored)
+        with open(path, "r+b") as f:
+            # Past `stored` rows the file holds nothing any state names (a writer that died after appending).
+            f.truncate(stored * self.dim * 4)
+            f.seek(0, 2)
+            f.write(tail.tobytes())
+            f.flush()
+        fsync_path(path)
+        self._remap(path, stored + len(tail))
+
+    def _compact(self, directory: Path) -> None:
+        live = np.flatnonzero(self.rows.live)
+        name = new_name("exact-vectors", ".f32")
+        with open(directory / name, "wb") as f:
+            for start in range(0, len(live), 65_536):
+                f.write(np.ascontiguousarray(self.vectors(live[start:start + 65_536])).tobytes())
+            f.flush()
+        fsync_path(directory / name)
+        self.rows = Rows(self.rows.ids[live], self.rows.documents[live])
+        self._file = name
+        self._remap(directory / name, len(live))
+
+    def _remap(self, path: Path, count: int) -> None:
+        self._tail, self._tail_matrix = [], None
+        self._stored = np.memmap(path, dtype=np.float32, mode="r", shape=(count, self.dim)) if count \
+            else np.zeros((0, self.dim), dtype=np.float32)
+
+    @classmethod
+    def load(cls, directory: Path, state: dict[str, Any]) -> ExactIndex:
+        table = load_arrays(directory / state["table"])
+        dim, count = int(state["dim"]), int(state["rows"])
+        stored = np.memmap(directory / state["vectors"], dtype=np.float32, mode="r", shape=(count, dim)) if count \
+            else np.zeros((0, dim), dtype=np.float32)
+        return cls(dim, Rows(table["ids"], table["documents"]), stored, state["vectors"])
+
+    @staticmethod
+    def files(state: dict[str, Any]) -> set[str]:
+        return {state["vectors"], state["table"]}

@@ -1,0 +1,151 @@
+"""Approximate vector search: an HNSW graph (usearch) over the exact index's vectors, plus an exact delta.
+
+usearch over hnswlib, measured on 100k clustered 384-d vectors here: both reach recall@10 1.0 at ef 64, hnswlib
+builds in 23 s against 31 s and answers in 0.18 ms against 0.31 ms, but usearch keeps vectors as float16
+(half the memory) and opens a saved graph as a memory map (opening costs nothing at any size, and processes
+on one machine share the pages), and it is maintained (hnswlib's last release is from 2023).
+
+The graph is rebuilt only now and then: vectors added since (the delta) are searched exactly, and removed
+chunks are filtered out. Similarities returned are always exact (recomputed from the float32 vectors), so
+the gate sees the same cosine distance whichever index found the chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from citerag.index.exact import ExactIndex
+from citerag.index.files import fsync_path, new_name, save_array
+from citerag.store.base import ChunkBatch
+
+CONNECTIVITY = 16
+EXPANSION_ADD = 128
+EXPANSION_SEARCH = 64
+DELTA_ROWS = 256  # the graph absorbs the delta past this many rows, or past DELTA_FRACTION of its size
+DELTA_FRACTION = 0.05
+DEAD_FRACTION = 0.25  # past this share of removed chunks in the graph, it is rebuilt
+
+
+def _new_graph(dim: int) -> Any:
+    from usearch.index import Index
+
+    return Index(ndim=dim, metric="cos", dtype="f16", connectivity=CONNECTIVITY, expansion_add=EXPANSION_ADD,
+                 expansion_search=EXPANSION_SEARCH)
+
+
+class HnswIndex:
+    kind = "hnsw"
+
+    def __init__(self, exact: ExactIndex, graph: Any = None, graph_ids: np.ndarray | None = None,
+                 graph_file: str | None = None, graph_ids_file: str | None = None) -> None:
+        self.exact = exact
+        self.dim = exact.dim
+        self.graph = graph
+        self.graph_ids = np.zeros(0, dtype=np.int64) if graph_ids is None else np.asarray(graph_ids)  # sorted
+        self._graph_file, self._graph_ids_file = graph_file, graph_ids_file
+        self._delta: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.exact)
+
+    def add(self, batch: ChunkBatch) -> None:
+        self.exact.add(batch)
+        self._delta = None
+
+    def remove_documents(self, document_ids: Iterable[int]) -> None:
+        self.exact.remove_documents(document_ids)
+        self._delta = None
+
+    def delta_rows(self) -> np.ndarray:
+        """Live rows of the exact index that the graph does not hold."""
+        if self._delta is None:
+            rows = np.flatnonzero(self.exact.rows.live)
+            self._delta = rows[~np.isin(self.exact.rows.ids[rows], self.graph_ids)]
+        return self._delta
+
+    def _dead_in_graph(self) -> int:
+        return len(self.graph_ids) - (len(self.exact) - len(self.delta_rows()))
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        q = np.asarray(query, dtype=np.float32)
+        ids, sims = [], []
+        if self.graph is not None and len(self.graph_ids):
+            # Removed chunks are still in the graph: ask for enough that k live ones remain.
+            fetch = min(k + self._dead_in_graph(), len(self.graph_ids))
+            found = np.asarray(self.graph.search(q, fetch, threads=1).keys, dtype=np.int64)
+            rows = self.exact.rows.rows_of(found)
+            rows = rows[rows >= 0]
+            ids.append(self.exact.rows.ids[rows])
+            sims.append((self.exact.vectors(rows) @ q).astype(np.float64))
+        delta_ids, delta_sims = self.exact.search_rows(q, self.delta_rows(), k)
+        ids.append(delta_ids)
+        sims.append(delta_sims)
+        all_ids, all_sims = np.concatenate(ids), np.concatenate(sims)
+        order = np.lexsort((all_ids, -all_sims))[:k]
+        return all_ids[order], all_sims[order]
+
+    def similarity(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        return self.exact.similarity(query, ids)
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        exact_state = self.exact.save(directory)
+        self._delta = None  # compaction renumbers rows
+        delta, graph_size = len(self.delta_rows()), len(self.graph_ids)
+        if (self.graph is None and delta) or self._dead_in_graph() > DEAD_FRACTION * graph_size or \
+                delta > max(DELTA_ROWS, DELTA_FRACTION * graph_size):
+            self._absorb(directory)
+        return {"type": self.kind, "exact": exact_state, "graph": self._graph_file,
+                "graph_ids": self._graph_ids_file}
+
+    def _absorb(self, directory: Path) -> None:
+        """Write a graph holding every live vector: the old one extended, or a new one if much has died."""
+        from usearch.index import Index
+
+        live = np.flatnonzero(self.exact.rows.live)
+        if not len(live):
+            self.graph, self.graph_ids, self._graph_file, self._graph_ids_file = None, live, None, None
+            self._delta = None
+            return
+        dead = self._dead_in_graph()
+        if self.graph is None or dead > DEAD_FRACTION * len(self.graph_ids):
+            graph, rows = _new_graph(self.dim), live
+        else:
+            graph = Index.restore(str(directory / str(self._graph_file)), view=False)  # a view cannot be extended
+            if graph is None:
+                raise OSError(f"HNSW graph {self._graph_file} in {directory} is unreadable")
+            if dead:
+                gone = self.graph_ids[~np.isin(self.graph_ids, self.exact.rows.ids[live])]
+                graph.remove(gone)
+            rows = self.delta_rows()
+        for start in range(0, len(rows), 65_536):
+            part = rows[start:start + 65_536]
+            graph.add(self.exact.rows.ids[part], self.exact.vectors(part))
+        name = new_name("hnsw-graph", ".usearch")
+        graph.save(str(directory / name))
+        fsync_path(directory / name)
+        ids_name = new_name("hnsw-ids", ".npy")
+        self.graph_ids = np.sort(self.exact.rows.ids[live])
+        save_array(directory / ids_name, self.graph_ids)
+        self._graph_file, self._graph_ids_file = name, ids_name
+        self.graph = Index.restore(str(directory / name), view=True)
+        self._delta = None
+
+    @classmethod
+    def load(cls, directory: Path, state: dict[str, Any]) -> HnswIndex:
+        from usearch.index import Index
+
+        exact = ExactIndex.load(directory, state["exact"])
+        if state["graph"] is None:
+            return cls(exact)
+        graph = Index.restore(str(directory / state["graph"]), view=True)
+        return cls(exact, graph, np.load(directory / state["graph_ids"]), state["graph"], state["graph_ids"])
+
+    @staticmethod
+    def files(state: dict[str, Any]) -> set[str]:
+        return ExactIndex.files(state["exact"]) | ({state["graph"], state["graph_ids"]} - {None})

@@ -1,0 +1,211 @@
+"""What every search index must do, as test classes each implementation's module subclasses.
+
+    class TestExactIndex(VectorIndexContract):
+        index_type = ExactIndex
+
+Indexes are keyed by stored chunk id, updated per document (remove, then add the new version), saved into a
+directory and loaded back; a state once loaded keeps answering the same after later saves to the same
+directory (another process may still be reading it). Vectors are random unit vectors; texts are the real
+chunks of the BM25 reference fixture, whose scores the lexical index must reproduce.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from citerag.search.bm25 import BM25
+from citerag.store.base import ChunkBatch
+from corpus_paths import FIXTURES
+
+DIM = 32
+BM25_FIXTURE = json.loads((FIXTURES / "bm25.json").read_text(encoding="utf-8"))
+
+
+def unit(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def batch(document_id: int, first_id: int, vectors: np.ndarray, texts: list[str] | None = None) -> ChunkBatch:
+    n = len(vectors)
+    return ChunkBatch(ids=np.arange(first_id, first_id + n, dtype=np.int64),
+                      document_ids=np.full(n, document_id, dtype=np.int64),
+                      texts=texts if texts is not None else [f"chunk {first_id + i}" for i in range(n)],
+                      vectors=vectors)
+
+
+class Corpus:
+    """What an index should hold: the live chunks, as plain arrays to compute the truth by brute force."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, list[int]] = {}  # document -> chunk ids
+        self.vectors: dict[int, np.ndarray] = {}
+        self.texts: dict[int, str] = {}
+        self.next_id = 1
+
+    def document(self, doc: int, vectors: np.ndarray, texts: list[str] | None = None) -> ChunkBatch:
+        """A (new version of a) document: fresh chunk ids, as the store gives them."""
+        b = batch(doc, self.next_id, vectors, texts)
+        self.next_id += len(vectors)
+        self.remove(doc)
+        self.ids[doc] = b.ids.tolist()
+        for i, cid in enumerate(b.ids.tolist()):
+            self.vectors[cid] = vectors[i]
+            self.texts[cid] = b.texts[i]
+        return b
+
+    def remove(self, doc: int) -> None:
+        for cid in self.ids.pop(doc, []):
+            del self.vectors[cid]
+            del self.texts[cid]
+
+    def exact(self, q: np.ndarray, k: int) -> tuple[list[int], np.ndarray]:
+        ids = np.array(sorted(self.vectors), dtype=np.int64)
+        sims = np.stack([self.vectors[i] for i in ids]) @ q
+        order = np.lexsort((ids, -sims))[:k]
+        return ids[order].tolist(), sims[order]
+
+
+class VectorIndexContract:
+    index_type: Any = None  # the class: index_type(dim) is empty, index_type.load(directory, state) reopens
+
+    def make(self) -> Any:
+        return self.index_type(DIM)
+
+    def test_search_is_by_chunk_id_with_exact_cosine(self) -> None:
+        corpus, index = Corpus(), self.make()
+        for doc in range(1, 6):
+            index.add(corpus.document(doc, unit(80, doc)))
+        assert len(index) == 400
+        q = unit(1, 99)[0]
+        ids, sims = index.search(q, 10)
+        truth, truth_sims = corpus.exact(q, 10)
+        assert ids.tolist() == truth
+        np.testing.assert_allclose(sims, truth_sims, atol=1e-6)
+        chosen = np.array([7, 3, 399], dtype=np.int64)
+        np.testing.assert_allclose(index.similarity(q, chosen), [corpus.vectors[i] @ q for i in chosen.tolist()],
+                                   atol=1e-6)
+
+    def test_a_replaced_document_is_found_only_in_its_new_version(self) -> None:
+        corpus, index = Corpus(), self.make()
+        index.add(corpus.document(1, unit(50, 1)))
+        index.add(corpus.document(2, unit(50, 2)))
+        old = corpus.ids[1]
+        q = unit(1, 1)[0]
+        index.remove_documents([1])
+        index.add(corpus.document(1, unit(30, 3)))
+        ids, _ = index.search(q, 200)
+        assert not set(ids.tolist()) & set(old)
+        assert sorted(ids.tolist()) == sorted(corpus.vectors)
+        with pytest.raises(KeyError):
+            index.similarity(q, np.array(old[:1]))
+
+    def test_ties_break_by_chunk_id(self) -> None:
+        index = self.make()
+        same = np.repeat(unit(1, 5), 6, axis=0)
+        index.add(batch(1, 100, same[:3]))
+        index.add(batch(2, 10, same[3:]))
+        ids, _ = index.search(unit(1, 5)[0], 4)
+        assert ids.tolist() == [10, 11, 12, 100]
+
+    def test_saved_state_reopens_and_updates_incrementally(self, tmp_path: Path) -> None:
+        corpus, index = Corpus(), self.make()
+        for doc in range(1, 5):
+            index.add(corpus.document(doc, unit(300, doc)))
+        first = index.save(tmp_path)
+        reader = self.index_type.load(tmp_path, first)
+        q = unit(1, 42)[0]
+        before = reader.search(q, 10)[0].tolist()
+        assert before == corpus.exact(q, 10)[0]
+        # The writer replaces one document, removes another, saves: the first reader still answers as before.
+        index.remove_documents([2])
+        corpus.remove(2)
+        index.remove_documents([1])
+        index.add(corpus.document(1, unit(300, 77)))
+        second = index.save(tmp_path)
+        assert reader.search(q, 10)[0].tolist() == before
+        again = self.index_type.load(tmp_path, second)
+        assert again.search(q, 10)[0].tolist() == corpus.exact(q, 10)[0]
+        assert len(again) == len(corpus.vectors) == 900
+
+    def test_everything_removed_leaves_an_empty_index(self, tmp_path: Path) -> None:
+        index = self.make()
+        index.add(batch(1, 1, unit(20, 1)))
+        index.remove_documents([1])
+        assert len(index) == 0 and index.search(unit(1, 1)[0], 5)[0].tolist() == []
+        reopened = self.index_type.load(tmp_path, index.save(tmp_path))
+        assert len(reopened) == 0 and reopened.search(unit(1, 1)[0], 5)[0].tolist() == []
+
+
+class LexicalIndexContract:
+    index_type: Any = None
+
+    def make(self) -> Any:
+        return self.index_type()
+
+    @staticmethod
+    def assert_reference_scores(index: Any, corpus: Corpus) -> None:
+        """Every positive score equals the reference formula over the live texts to 1e-9, and nothing else scores."""
+        ids = sorted(corpus.texts)
+        reference = BM25([corpus.texts[i] for i in ids])
+        for query in BM25_FIXTURE["queries"][:40]:
+            got_ids, got = index.search(query, len(ids))
+            expected = reference.scores(query)
+            want = {ids[j]: expected[j] for j in np.flatnonzero(expected > 0)}
+            assert set(got_ids.tolist()) == set(want)
+            for cid, score in zip(got_ids.tolist(), got.tolist(), strict=True):
+                assert abs(score - want[cid]) <= 1e-9
+            assert list(got) == sorted(got, reverse=True)
+
+    def test_scores_equal_the_published_reference(self) -> None:
+        docs = BM25_FIXTURE["docs"]
+        index = self.make()
+        index.add(batch(1, 0, unit(len(docs), 1), docs))
+        worst = 0.0
+        for query, expected in zip(BM25_FIXTURE["queries"], BM25_FIXTURE["scores"], strict=True):
+            ids, scores = index.search(query, len(docs))
+            full = np.zeros(len(docs))
+            full[ids] = scores
+            worst = max(worst, float(np.max(np.abs(full - np.asarray(expected)))))
+        assert worst <= 1e-9
+
+    def test_updates_per_document_keep_reference_scores(self, tmp_path: Path) -> None:
+        docs = BM25_FIXTURE["docs"]
+        corpus, index = Corpus(), self.make()
+        parts = [docs[i:i + 25] for i in range(0, len(docs), 25)]
+        for doc, texts in enumerate(parts[:6]):
+            index.add(corpus.document(doc, unit(len(texts), doc), texts))
+        self.assert_reference_scores(index, corpus)
+        index = self.index_type.load(tmp_path, index.save(tmp_path))
+        for doc in (1, 4):
+            index.remove_documents([doc])
+            corpus.remove(doc)
+        index.remove_documents([2])
+        index.add(corpus.document(2, unit(len(parts[7]), 7), parts[7]))  # a new version of document 2
+        self.assert_reference_scores(index, corpus)
+        index = self.index_type.load(tmp_path, index.save(tmp_path))
+        self.assert_reference_scores(index, corpus)
+
+    def test_a_reader_of_an_older_state_is_undisturbed(self, tmp_path: Path) -> None:
+        docs = BM25_FIXTURE["docs"]
+        corpus, index = Corpus(), self.make()
+        for doc in range(4):
+            index.add(corpus.document(doc, unit(30, doc), docs[doc * 30:(doc + 1) * 30]))
+        reader = self.index_type.load(tmp_path, index.save(tmp_path))
+        before = [reader.search(q, 20)[0].tolist() for q in BM25_FIXTURE["queries"][:20]]
+        for doc in range(3):  # most rows die: the writer compacts and merges into new files
+            index.remove_documents([doc])
+        index.save(tmp_path)
+        assert [reader.search(q, 20)[0].tolist() for q in BM25_FIXTURE["queries"][:20]] == before
+
+    def test_nothing_matches_nothing(self) -> None:
+        index = self.make()
+        assert index.search("anything", 5)[0].tolist() == []
+        index.add(batch(1, 1, unit(2, 1), ["the cat sat", "the dog"]))
+        assert index.search("bird", 5)[0].tolist() == []
+        assert index.search("cat", 5)[0].tolist() == [1]
