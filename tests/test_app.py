@@ -300,3 +300,22 @@ def test_collections_are_apart_and_share_the_encoder(tmp_path: Path) -> None:
     with pytest.raises(CiteragError, match="already open"):
         app.open_collection(Settings(index_dir=tmp_path / "c", collection="team-a"), create=True)
     app.close()
+
+
+def test_ingest_saves_the_search_indexes_a_fresh_process_opens(built: Citerag, tmp_path: Path) -> None:
+    """Writes leave the indexes saved at the store's generation; a process opening them (here, a copy of the
+    folder) searches the same hits with what was saved, without rebuilding or saving anything."""
+    collection = built.collection()
+    folder = collection.settings.sqlite_dir
+    manifest = json.loads((folder / "search" / "all-MiniLM-L6-v2-exact" / "manifest.json").read_text())
+    assert manifest["generation"] == collection.store.generation()
+    query = "How do I list the packages that use the most disk space?"
+    want = [(c.source_path, c.start) for c in built.search(query, SearchOptions(mode="hybrid", k=8)).citations]
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    reader = Citerag.open(Settings(index_dir=copy))
+    got = [(c.source_path, c.start) for c in reader.search(query, SearchOptions(mode="hybrid", k=8)).citations]
+    indexes = reader.collection()._indexes
+    assert indexes is not None and indexes.token == manifest["token"]  # loaded, not rebuilt and saved anew
+    assert got == want and len(want) == 8
+    reader.close()

@@ -76,11 +76,17 @@ class HnswIndex:
         q = np.asarray(query, dtype=np.float32)
         ids, sims = [], []
         if self.graph is not None and len(self.graph_ids):
-            # Removed chunks are still in the graph: ask for enough that k live ones remain.
-            fetch = min(k + self._dead_in_graph(), len(self.graph_ids))
-            found = np.asarray(self.graph.search(q, fetch, threads=1).keys, dtype=np.int64)
-            rows = self.exact.rows.rows_of(found)
-            rows = rows[rows >= 0]
+            # Removed chunks are still in the graph (until DEAD_FRACTION): over-fetch in proportion, and again
+            # if too many of the first answers were dead.
+            live_share = max(1.0 - self._dead_in_graph() / len(self.graph_ids), 1.0 - DEAD_FRACTION)
+            fetch = min(int(k / live_share) + 8, len(self.graph_ids))
+            while True:
+                found = np.asarray(self.graph.search(q, fetch, threads=1).keys, dtype=np.int64)
+                rows = self.exact.rows.rows_of(found)
+                rows = rows[rows >= 0]
+                if len(rows) >= k or fetch >= len(self.graph_ids):
+                    break
+                fetch = min(fetch * 2, len(self.graph_ids))
             ids.append(self.exact.rows.ids[rows])
             sims.append((self.exact.vectors(rows) @ q).astype(np.float64))
         delta_ids, delta_sims = self.exact.search_rows(q, self.delta_rows(), k)
