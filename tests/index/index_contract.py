@@ -105,6 +105,22 @@ class VectorIndexContract:
         with pytest.raises(KeyError):
             index.similarity(q, np.array(old[:1]))
 
+    def test_a_chunk_id_that_comes_back_has_its_new_vector(self, tmp_path: Path) -> None:
+        """Ids are the store's: if one is removed and later given to another chunk, the new vector counts."""
+        index = self.make()
+        index.add(batch(1, 1, unit(300, 1)))
+        index.add(batch(2, 301, unit(300, 2)))
+        index = self.index_type.load(tmp_path, index.save(tmp_path))
+        index.remove_documents([2])
+        fresh = unit(300, 3)
+        index.add(batch(3, 301, fresh))  # the same ids, other vectors
+        for reopen in (False, True):
+            if reopen:
+                index = self.index_type.load(tmp_path, index.save(tmp_path))
+            for i in range(0, 300, 7):
+                ids, sims = index.search(fresh[i], 1)
+                assert ids.tolist() == [301 + i] and abs(sims[0] - 1.0) < 1e-5
+
     def test_ties_break_by_chunk_id(self) -> None:
         index = self.make()
         same = np.repeat(unit(1, 5), 6, axis=0)

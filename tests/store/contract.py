@@ -244,6 +244,19 @@ class StoreContract:
         save(store, doc, ROOT_ACCOUNT)
         assert store.document(doc).error is None  # type: ignore[union-attr]
 
+    def test_chunk_ids_are_never_reused(self, make_store: MakeStore) -> None:
+        """Search indexes key vectors by chunk id: a new version, or a document added after the newest was
+        deleted, gets ids never given before."""
+        store = make_store("ix")
+        a = add(store, ROOT_ACCOUNT)
+        b = add(store, LAN_RANGES)
+        seen = {c.id for c in store.snapshot(MODEL).chunks}
+        store.delete(b)
+        save(store, a, ROOT_ACCOUNT, sha256="s2")
+        add(store, MTU)
+        ids = {ch.id for ch in store.snapshot(MODEL).chunks}
+        assert len(ids) == len(ROOT_ACCOUNT.chunks) + len(MTU.chunks) and not ids & seen
+
     def test_delete_takes_the_chunks_along(self, make_store: MakeStore) -> None:
         store = make_store("ix")
         a, b = add(store, ROOT_ACCOUNT), add(store, LAN_RANGES)

@@ -107,8 +107,9 @@ def test_an_older_index_is_upgraded_in_place_and_keeps_everything(tmp_path: Path
     store = open_store(ix)
     generation = int(before.get("generation", 0))  # v3 counted its writes; older ones start at 0
     # The change log starts at the upgrade: search indexes older than it rebuild once.
+    chunks = sum(len(e["chunks"]) for e in expected["documents"])
     assert _meta(ix / "index.sqlite3") == {"schema_version": "4", "generation": str(generation),
-                                           "log_start": str(generation)}
+                                           "log_start": str(generation), "next_chunk_id": str(chunks + 1)}
     assert "locators" in _columns(ix / "index.sqlite3", "documents")
     assert store.generation() == generation
     _assert_holds(store, expected)
@@ -175,7 +176,8 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.commit()
     db.close()
     _assert_holds(open_store(ix2), expected2)
-    assert _meta(ix2 / "index.sqlite3") == {"schema_version": "4", "generation": "0", "log_start": "0"}
+    assert _meta(ix2 / "index.sqlite3") == {"schema_version": "4", "generation": "0", "log_start": "0",
+                                            "next_chunk_id": "11"}
 
     ix3, expected3 = _fixture(3, tmp_path)
     db = sqlite3.connect(ix3 / "index.sqlite3")
@@ -183,7 +185,8 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.commit()
     db.close()
     _assert_holds(open_store(ix3), expected3)
-    assert _meta(ix3 / "index.sqlite3") == {"schema_version": "4", "generation": "6", "log_start": "6"}
+    assert _meta(ix3 / "index.sqlite3") == {"schema_version": "4", "generation": "6", "log_start": "6",
+                                            "next_chunk_id": "11"}
 
 
 def test_a_newer_index_asks_for_a_newer_citerag(tmp_path: Path) -> None:
@@ -209,7 +212,8 @@ def test_an_empty_database_is_a_new_index_only_when_creating(tmp_path: Path) -> 
     assert (ix / "index.sqlite3").stat().st_size == 0
     store = open_store(ix, create=True)
     assert store.documents() == [] and \
-        _meta(ix / "index.sqlite3") == {"schema_version": "4", "generation": "0", "log_start": "0"}
+        _meta(ix / "index.sqlite3") == {"schema_version": "4", "generation": "0", "log_start": "0",
+                                        "next_chunk_id": "1"}
 
 
 def test_unreadable_index_is_a_clear_error(tmp_path: Path) -> None:

@@ -92,12 +92,13 @@ class Rows:
         return np.arange(start, len(self.ids))
 
     def remove_documents(self, document_ids: Iterable[int]) -> np.ndarray:
-        """Tombstone the rows of these documents; the rows removed."""
+        """Tombstone the rows of these documents; the chunk ids removed."""
         gone = np.flatnonzero(np.isin(self.documents, np.fromiter(document_ids, dtype=np.int64)) & self.live)
+        removed = self.ids[gone].copy()
         self.live[gone] = False
         self.ids[gone] = -1
         self._sorted = None
-        return gone
+        return removed
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
         """Row of each live chunk id; -1 where the id is not live here."""

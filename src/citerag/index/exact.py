@@ -46,7 +46,11 @@ class ExactIndex:
         self._tail_matrix = None
 
     def remove_documents(self, document_ids: Iterable[int]) -> None:
-        self.rows.remove_documents(document_ids)
+        self.remove(document_ids)
+
+    def remove(self, document_ids: Iterable[int]) -> np.ndarray:
+        """Tombstone the documents' rows; the chunk ids removed."""
+        return self.rows.remove_documents(document_ids)
 
     def _tail_rows(self) -> np.ndarray:
         if self._tail_matrix is None:

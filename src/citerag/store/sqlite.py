@@ -68,6 +68,7 @@ _CREATE = (
     "INSERT INTO meta VALUES ('generation', '0')",
     _CHANGES,
     "INSERT INTO meta VALUES ('log_start', '0')",
+    "INSERT INTO meta VALUES ('next_chunk_id', '1')",
 )
 
 
@@ -89,6 +90,7 @@ def _add_change_log(db: sqlite3.Connection) -> None:
     # The log starts now: an index built before it must rebuild once, which `changed_documents` says by None.
     db.execute(_CHANGES.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
     db.execute("INSERT OR REPLACE INTO meta SELECT 'log_start', value FROM meta WHERE key = 'generation'")
+    db.execute("INSERT OR REPLACE INTO meta SELECT 'next_chunk_id', COALESCE(MAX(id), 0) + 1 FROM chunks")
 
 
 # (the version a step reaches, what it adds, the step). Steps run in order inside one write transaction,
@@ -96,7 +98,8 @@ def _add_change_log(db: sqlite3.Connection) -> None:
 _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (2, "documents.locators: the extractor's locator map", _add_locators),
     (3, "meta generation: bumped with every change, so readers know when their snapshot is stale", _add_generation),
-    (4, "changes: the document each generation changed, so search indexes catch up per document", _add_change_log),
+    (4, "changes: the document each generation changed, so search indexes catch up per document; chunk ids "
+        "from a counter, never reused", _add_change_log),
 ]
 assert _MIGRATIONS[-1][0] == SCHEMA_VERSION
 
@@ -423,14 +426,18 @@ class SqliteStore:
         vecs = np.ascontiguousarray(vectors, dtype=np.float32)
         if len(vecs) and not np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3):
             raise ValueError("vectors must be unit length: cosine distance is ||a-b||^2/2 only then")
-        rows = [(doc_id, i, c.text, c.content, c.section, c.start, c.end, stats.tokens[i],
-                 stats.header_tokens[i], vecs[i].tobytes()) for i, c in enumerate(chunks)]
         # One transaction: readers see the old version of the document or the new one, never half.
         with self._write() as db:
+            # Ids from a counter, never reused (a rowid would be, after the highest is deleted): search indexes
+            # key vectors by chunk id, and an id meaning two chunks over time would need care in every index.
+            first = int(db.execute("SELECT value FROM meta WHERE key = 'next_chunk_id'").fetchone()[0])
+            rows = [(first + i, doc_id, i, c.text, c.content, c.section, c.start, c.end, stats.tokens[i],
+                     stats.header_tokens[i], vecs[i].tobytes()) for i, c in enumerate(chunks)]
+            db.execute("UPDATE meta SET value = ? WHERE key = 'next_chunk_id'", (str(first + len(chunks)),))
             db.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
             db.executemany(
-                "INSERT INTO chunks (document_id, ordinal, text, content, section, start_offset, end_offset,"
-                " tokens, header_tokens, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                "INSERT INTO chunks (id, document_id, ordinal, text, content, section, start_offset, end_offset,"
+                " tokens, header_tokens, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             db.execute(
                 "UPDATE documents SET title = ?, sha256 = ?, status = 'indexed', error = NULL, warnings = ?,"
                 " chunk_count = ?, stamps = ?, canonical_text = ?, locators = ?, updated_at = ? WHERE id = ?",
