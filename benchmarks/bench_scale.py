@@ -33,7 +33,7 @@ Measured per size, for vector_index exact and hnsw:
    included), then again with the query vectors in the facade's cache (the figure the target is read on).
 3. `SearchIndexes.vector.search` (k=10) of both kinds over the 200 embedded queries: HNSW's recall@10
    against exact, and each one's latency, beside usearch alone with the same parameters (see 7); then the
-   same graph with expansion_search set in memory (64 to 1024, citerag's default marked), to show what
+   same graph with expansion_search set in memory (64 to 8192, citerag's for the size marked), to show what
    recall costs.
 4. resident memory (psutil RSS, and USS: the private part) of a fresh process after open + 50 queries, for
    both kinds.
@@ -196,8 +196,8 @@ from citerag.index.hnsw import (
     DELTA_FRACTION,
     DELTA_ROWS,
     EXPANSION_ADD,
-    EXPANSION_SEARCH,
     HnswIndex,
+    search_expansion,
 )
 from citerag.store import ChunkStats, Store, open_store
 from citerag.store.base import ChunkBatch
@@ -229,7 +229,7 @@ ADDED = "bench-added/"  # source paths of the document target 5 adds (and delete
 TOKEN_PATTERN = r"[a-z0-9]+"  # citerag.text.tokenize's tokens, for bm25s
 RANK_BM25_MAX = 200_000  # above this rank_bm25 is skipped (see lexical_baselines)
 BM25S_MEMORY_GB = 10.0  # bm25s at 1M wants this much available memory, else it is skipped
-EF_SWEEP = tuple(sorted({64, 128, 256, 512, 1024, EXPANSION_SEARCH}))  # HNSW expansion_search values tried
+EF_SWEEP = (64, 256, 1024, 2048, 4096, 8192)  # HNSW expansion_search values tried, plus citerag's for the size
 ABSORB_MIN_SIZE = 20_000  # target 5's worst case (a graph absorb) is measured from this size up
 ABSORB_DISK_MARGIN = 512 * 2**20  # bytes left free beyond the scratch copy's estimate
 LATENCY_BUDGET_S = 60.0  # a baseline's queries stop after this long (the count run is printed)
@@ -823,6 +823,7 @@ def _citerag_vectors(root: Path, qvecs: np.ndarray,
     out["exact"] = latencies(lambda q: exact.search(q, 10), qvecs)
     out["hnsw"] = latencies(lambda q: hnsw.search(q, 10), qvecs)
     out["hnsw_recall"] = _recall(truth, [hnsw.search(q, 10)[0] for q in qvecs])
+    out["ef"] = search_expansion(len(hnsw.graph_ids))
     out["ef_sweep"] = _ef_sweep(hnsw, qvecs, truth)
     lexical = indexes["exact"].lexical
     lexical.search(qtexts[0], 10)
@@ -837,8 +838,9 @@ def _ef_sweep(hnsw: HnswIndex, qvecs: np.ndarray, truth: list[np.ndarray]) -> li
     if graph is None:
         return []
     sweep = []
+    default = search_expansion(len(hnsw.graph_ids))
     try:
-        for ef in EF_SWEEP:
+        for ef in sorted({*EF_SWEEP, default}):
             graph.expansion_search = ef
             found: list[np.ndarray] = []
 
@@ -848,7 +850,7 @@ def _ef_sweep(hnsw: HnswIndex, qvecs: np.ndarray, truth: list[np.ndarray]) -> li
             times = latencies(search, qvecs)
             sweep.append((ef, _recall(truth, found), times))
     finally:
-        graph.expansion_search = EXPANSION_SEARCH
+        graph.expansion_search = default
     return sweep
 
 
@@ -868,10 +870,10 @@ def _usearch_alone(ids: np.ndarray, matrix: np.ndarray, qvecs: np.ndarray,
                    truth: list[np.ndarray]) -> dict[str, Any]:
     from usearch.index import Index
 
-    note(f"  usearch HNSW (M={CONNECTIVITY}, ef_construction={EXPANSION_ADD}, ef={EXPANSION_SEARCH}, f16) "
-         f"over {len(ids):,} vectors")
+    ef = search_expansion(len(ids))
+    note(f"  usearch HNSW (M={CONNECTIVITY}, ef_construction={EXPANSION_ADD}, ef={ef}, f16) over {len(ids):,} vectors")
     graph = Index(ndim=DIM, metric="cos", dtype="f16", connectivity=CONNECTIVITY, expansion_add=EXPANSION_ADD,
-                  expansion_search=EXPANSION_SEARCH)
+                  expansion_search=ef)
     t = time.perf_counter()
     graph.add(ids, matrix)
     build = time.perf_counter() - t
@@ -1080,19 +1082,19 @@ def report_size(size: int, r: dict[str, Any]) -> None:
     v = r["vector"]
     print(f"\n[3] vector search, k=10, {len(v['exact'])} embedded queries (SearchIndexes.vector.search)"
           f"{_noise(busy['vector'])}")
-    table(["", "exact", f"hnsw, ef {EXPANSION_SEARCH}", "usearch alone"], [
+    table(["", "exact", f"hnsw, ef {v['ef']}", "usearch alone"], [
         ("p50 (ms)", ms(v["exact"], 50), ms(v["hnsw"], 50), ms(v["usearch"], 50)),
         ("p95 (ms)", ms(v["exact"], 95), ms(v["hnsw"], 95), ms(v["usearch"], 95)),
         ("recall@10 against exact", 1.0, v["hnsw_recall"], v["usearch_recall"]),
         ("load persisted indexes (s)", v["load_exact_s"], v["load_hnsw_s"], "-"),
     ])
-    print(f"  (hnsw: citerag's HnswIndex at its default ef {EXPANSION_SEARCH}; usearch alone: the same parameters, M "
-          f"{CONNECTIVITY}, expansion_add {EXPANSION_ADD}, ef {EXPANSION_SEARCH}, f16, built in memory over the "
+    print(f"  (hnsw: citerag's HnswIndex at its ef for this size, {v['ef']}; usearch alone: the same parameters, M "
+          f"{CONNECTIVITY}, expansion_add {EXPANSION_ADD}, ef {v['ef']}, f16, built in memory over the "
           "same live vectors, as in [7])")
     if v["ef_sweep"]:
-        print(f"  the same HNSW graph with expansion_search set in memory (* citerag's default, {EXPANSION_SEARCH}):")
+        print(f"  the same HNSW graph with expansion_search set in memory (* citerag's for this size, {v['ef']}):")
         table(["  ef", "recall@10", "p50 ms", "p95 ms"],
-              [(f"  {ef}{' *' if ef == EXPANSION_SEARCH else ''}", recall, ms(times, 50), ms(times, 95))
+              [(f"  {ef}{' *' if ef == v['ef'] else ''}", recall, ms(times, 50), ms(times, 95))
                for ef, recall, times in v["ef_sweep"]])
     a = r["add"]
     print(f"\n[5] add one 50-chunk document, then delete it{_noise(busy['add'])}")
@@ -1212,7 +1214,7 @@ def report_targets(results: dict[int, dict[str, Any]], ingest: dict[str, Any]) -
         hint = "" if met or not enough else \
             f"; ef {enough[0][0]} would meet it: recall {enough[0][1]:.3f}, p95 {enough[0][2]:.1f} ms"
         line(met, f"3. HNSW at 1M: p95 {p95:.1f} ms (≤ 50 ms) at recall@10 {recall:.3f} "
-             f"(≥ 0.98, ef {EXPANSION_SEARCH}){hint}; exact p95 {ms(v['exact'], 95):.1f} ms; usearch alone, same "
+             f"(≥ 0.98, ef {v['ef']}){hint}; exact p95 {ms(v['exact'], 95):.1f} ms; usearch alone, same "
              f"parameters: recall@10 {v['usearch_recall']:.3f}, p95 {ms(v['usearch'], 95):.1f} ms{why}")
         for kind in KINDS:
             rss = gb(r["fresh"][kind]["rss"])

@@ -9,7 +9,7 @@ from index_contract import Corpus, LexicalIndexContract, VectorIndexContract, un
 
 from citerag.index.bm25 import Bm25Index
 from citerag.index.exact import ExactIndex
-from citerag.index.hnsw import EXPANSION_SEARCH, HnswIndex
+from citerag.index.hnsw import HnswIndex, search_expansion
 
 
 class TestExactIndex(VectorIndexContract):
@@ -46,7 +46,7 @@ def test_hnsw_extends_its_graph_and_filters_what_was_removed(tmp_path: Path) -> 
     assert found / 500 >= 0.9  # a multi-threaded build is not deterministic: recall, not equality
     state = index.save(tmp_path)
     reopened = HnswIndex.load(tmp_path, state)
-    assert reopened.graph.expansion_search == EXPANSION_SEARCH  # the file does not keep it: set on load
+    assert reopened.graph.expansion_search == search_expansion(1200)  # the file does not keep it: set on load
     assert len(reopened.graph_ids) == 1200 and not len(reopened.delta_rows())
     found = 0
     for seed in range(50):

@@ -23,13 +23,16 @@ from citerag.index.exact import ExactIndex
 from citerag.index.files import fsync_path, load_arrays, new_name, save_arrays
 from citerag.store.base import ChunkBatch
 
-# Measured on 100k synthetic vectors at cosine 0.84-0.91 to 1,343 real chunk vectors (near-copies: the 10th
-# and 11th neighbour differ by about 0.001), queries the 80 dev questions: recall@10 against exact was 0.906
-# for M 16 / ef 64, 0.982 for M 16 / ef 256, 0.999 for M 32 / ef 256 at 0.73 ms p95; float32 storage
-# instead of float16 gained under 0.01. docs/performance.md has the figures at 1M.
+# Measured on the scale benchmark's vectors (near-copies of the 1,343 dev-set chunk vectors at cosine 0.84-0.91
+# to their source, so a query's 10th and 11th neighbours differ by about 0.0007), queries the 80 dev questions,
+# recall@10 against exact. 100k: M 16 / ef 64 0.906, M 16 / ef 256 0.982, M 32 / ef 256 0.999 (0.73 ms p95);
+# float32 storage instead of float16 gained under 0.01. 1M (745 near-copies per chunk), M 32: ef 256 0.849,
+# 1024 0.968, 4096 0.974, 8192 0.999 (21.5 ms p95); fetching 500 candidates instead of k and rescoring them
+# exactly gained nothing. So the search breadth grows with the graph: `search_expansion`.
 CONNECTIVITY = 32
 EXPANSION_ADD = 128
-EXPANSION_SEARCH = 256
+EXPANSION_SEARCH = 256  # the least breadth, for graphs up to 32k vectors
+MAX_EXPANSION_SEARCH = 8192
 DELTA_ROWS = 256  # the graph absorbs the delta past this many rows, or past DELTA_FRACTION of its size
 DELTA_FRACTION = 0.05
 DEAD_FRACTION = 0.25  # past this share of removed chunks in the graph, it is rebuilt
@@ -45,11 +48,18 @@ def _usearch() -> Any:
     return Index
 
 
+def search_expansion(graph_size: int) -> int:
+    """The search breadth (ef) for a graph of this many vectors: size / 128 rounded up to a power of two,
+    between EXPANSION_SEARCH and MAX_EXPANSION_SEARCH (256 up to 32k vectors, 1024 at 100k, 8192 at 1M)."""
+    wanted = 1 << max(int(np.ceil(np.log2(max(graph_size, 1) / 128))), 0)
+    return int(min(max(wanted, EXPANSION_SEARCH), MAX_EXPANSION_SEARCH))
+
+
 def _restore(path: Path, view: bool) -> Any:
     graph = _usearch().restore(str(path), view=view)
     if graph is None:
         raise OSError(f"HNSW graph {path} is unreadable")
-    graph.expansion_search = EXPANSION_SEARCH  # not kept in the file: a restored graph would search at 64
+    graph.expansion_search = search_expansion(graph.size)  # not kept in the file: a restored graph would use 64
     return graph
 
 
