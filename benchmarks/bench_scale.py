@@ -56,108 +56,118 @@ Measured per size, for vector_index exact and hnsw:
    above 1, citerag is faster. Each section says how busy other processes kept the CPUs meanwhile.
 Progress goes to stderr; sizes run in order and print as they finish, the targets last.
 
-Measured 2026-11-30, `--sizes 1000,100000` (3.5 minutes with the data cached; generating 100,000 chunks took
-27.5 s), 2 CPUs otherwise idle. The 100,000-chunk section and what follows, as printed (long lines wrapped):
+Measured 2026-11-30, the default sizes in one run (14 minutes with the 1M data cached; generating 1,000,000
+chunks took 9.5 minutes the first time: store 78 s, exact index 137 s, hnsw index 356 s), 2 CPUs otherwise
+idle. The 1,000,000-chunk section and the targets, as printed (long lines wrapped); docs/performance.md has
+the 1k and 100k figures too:
 
-    === 100,000 chunks (2,000 documents; data made 2026-11-30T11:05:50+00:00: store 8.8 s, exact index 5.8 s, hnsw
-        index 12.8 s, total 27.5 s) ===
+    === 1,000,000 chunks (20,000 documents; data made 2026-11-30T11:42:40+00:00: store 78.4 s, exact index 136.6 s,
+            hnsw index 356.2 s, total 571.3 s) ===
 
     [1, 4] fresh process: open + first hybrid query (median of 3, page cache warm) (other processes kept 0.01 of 2
-        CPUs busy meanwhile)
+            CPUs busy meanwhile)
                                                                exact            hnsw
-    open + first query (s)                                     0.284           0.311
-      of which Citerag.open (s)                                0.007           0.032
-      the 3 runs (s)                                  0.28 0.28 0.29  0.55 0.31 0.30
-    import citerag.app (s)                                     0.231           0.260
-    whole process wall (s)                                     0.626           0.711
-    cold page cache: open + first query (s)                    0.488           0.578
-    cold page cache: whole process wall (s)                    0.845           0.983
-    after open + 50 queries: RSS (GB)                          0.406           0.435
-    after open + 50 queries: USS (GB)                          0.357           0.381
-    mean of those 50 queries (ms)                               35.7            15.3
-      !! hnsw: a fresh process CRASHED: plain run killed by signal 11; measured with `import onnxruntime` before
-          Citerag.open
+    open + first query (s)                                     0.466           0.612
+      of which Citerag.open (s)                                0.007           0.008
+      the 3 runs (s)                                  0.46 0.47 0.50  0.70 0.61 0.61
+    import citerag.app (s)                                     0.216           0.234
+    whole process wall (s)                                     0.782           0.954
+    cold page cache: open + first query (s)                    2.075           2.114
+    cold page cache: whole process wall (s)                    2.416           2.512
+    after open + 50 queries: RSS (GB)                          1.964           1.813
+    after open + 50 queries: USS (GB)                          1.915           1.759
+    mean of those 50 queries (ms)                              174.6           119.3
 
     [2] hybrid col.search, k=10, 200 queries, warm process (other processes kept 0.01 of 2 CPUs busy meanwhile)
                                                       exact   hnsw
-    first search in the process, index load (s)       0.149  0.055
-    p50, query vector cached (ms)                      13.9  6.140
-    p95, query vector cached (ms)                      17.0  8.176
-    p50, new question: ONNX embedding incl. (ms)       42.2   12.1
-    p95, new question: ONNX embedding incl. (ms)       56.1   16.0
+    first search in the process, index load (s)       1.485  0.470
+    p50, query vector cached (ms)                     121.4   66.3
+    p95, query vector cached (ms)                     144.0   97.3
+    p50, new question: ONNX embedding incl. (ms)      142.2   75.4
+    p95, new question: ONNX embedding incl. (ms)      186.4  111.9
     fewest hits returned                                 10     10
 
     [3] vector search, k=10, 200 embedded queries (SearchIndexes.vector.search) (other processes kept 0.01 of 2 CPUs
-        busy meanwhile)
-                                                      exact   hnsw
-    p50 (ms)                                          7.195  0.295
-    p95 (ms)                                          7.678  0.550
-    recall@10 against exact                           1.000  0.888
-    load persisted indexes (s)                        0.005  0.011
-      the same HNSW graph with expansion_search raised in memory (citerag uses 64):
+            busy meanwhile)
+                                                      exact  hnsw, ef 8192  usearch alone
+    p50 (ms)                                           79.0           16.1           14.5
+    p95 (ms)                                           92.2           23.9           24.2
+    recall@10 against exact                           1.000          0.997          0.994
+    load persisted indexes (s)                        0.026          0.131              -
+      (hnsw: citerag's HnswIndex at its ef for this size, 8192; usearch alone: the same parameters, M 32,
+            expansion_add 128, ef 8192, f16, built in memory over the same live vectors, as in [7])
+      the same HNSW graph with expansion_search set in memory (* citerag's for this size, 8192):
       ef                                              recall@10  p50 ms  p95 ms
-      128                                                 0.967   0.305   0.507
-      256                                                 0.988   0.457   0.763
-      512                                                 0.993   0.741   1.255
-      1024                                                0.998   1.274   2.023
+      64                                                  0.691   0.874   1.286
+      256                                                 0.831   1.151   2.025
+      1024                                                0.951   1.940   3.924
+      2048                                                0.961   3.664   6.516
+      4096                                                0.973   7.212    11.9
+      8192 *                                              0.997    13.7    20.9
 
-    [5] add one 50-chunk document, then delete it (other processes kept 0.01 of 2 CPUs busy meanwhile)
+    [5] add one 50-chunk document, then delete it (other processes kept 0.02 of 2 CPUs busy meanwhile)
                                                       exact   hnsw
-    embedding: count tokens + ONNX encode (s)         1.548  1.548
-    add_pending + save_indexed (s)                    0.007  0.007
-    persist_indexes (s)                               0.016  0.021
-    add, embedding excluded (s)                       0.024  0.028
-    delete: store.delete + persist_indexes (s)        0.010  0.010
+    embedding: count tokens + ONNX encode (s)         0.920  0.920
+    add_pending + save_indexed (s)                    0.006  0.006
+    persist_indexes (s)                               0.113  0.110
+    add, embedding excluded (s)                       0.119  0.116
+    delete: store.delete + persist_indexes (s)        0.069  0.085
+      worst case, hnsw: the add whose save finds the delta past max(DELTA_ROWS 256, DELTA_FRACTION 0.05 x graph
+            size) absorbs it into the graph (other processes kept 0.02 of 2 CPUs busy meanwhile)
+        on a scratch copy of the hnsw index                  hnsw
+        graph size (chunks)                             1,000,000
+        delta rows absorbed (threshold + 1)                50,001
+        absorb: HnswIndex.save (s)                           17.9
+        amortised per 50-chunk document (s)                 0.018
+        worst-case add: the ordinary add + absorb (s)        18.0
 
     [7] what a user would pick instead (ratios: other / citerag, above 1 citerag is faster)
     vector, k=10                                            build s  p50 ms  p95 ms  recall@10  p50 ratio
-    citerag exact (numpy scan of a memory map)        at generation   7.195   7.678      1.000      1.00x
-    FAISS IndexFlatIP                                         0.092    14.5    15.6      1.000      2.01x
-    citerag hnsw (usearch + exact rescoring)                  6.970   0.295   0.550      0.888      1.00x
-    usearch alone, same parameters                            6.533   0.130   0.261      0.911      0.44x
+    citerag exact (numpy scan of a memory map)        at generation    79.0    92.2      1.000      1.00x
+    FAISS IndexFlatIP                                         0.992   140.5   150.9      1.000      1.78x
+    citerag hnsw (usearch + exact rescoring)                  219.6    16.1    23.9      0.997      1.00x
+    usearch alone, same parameters                            111.6    14.5    24.2      0.994      0.90x
       (citerag hnsw's build: hnsw index persist minus exact persist at generation, i.e. the graph; recall against
-          citerag exact)
+            citerag exact)
     BM25 workers (other processes kept 0.01 of 2 CPUs busy meanwhile); the vector rows above: see [3]
-    BM25, k=10 (fresh worker each)                        build s  p50 ms  p95 ms  index GB  p50 ratio
-    citerag Bm25Index, persisted (warm process)                 -   3.960   5.672         -          -
-    citerag Bm25Index, built + saved                  4.9 (1.00x)   3.907   5.911     0.162      1.00x
-    bm25s (lucene)                                    5.8 (1.18x)   2.207   3.105     0.128      0.56x
-    rank_bm25 BM25Okapi                               3.3 (0.68x)   671.8   1,048     0.620    171.97x
-      rank_bm25: 87 queries within the 60 s budget
+    BM25, k=10 (fresh worker each)                          build s  p50 ms  p95 ms  index GB  p50 ratio
+    citerag Bm25Index, persisted (warm process)                   -    46.1    74.3         -          -
+    citerag Bm25Index, built + saved                  110.6 (1.00x)    45.8    72.4     0.690      1.00x
+    bm25s (lucene)                                     59.4 (0.54x)    15.0    23.5     1.146      0.33x
+    rank_bm25 BM25Okapi                                     skipped       -       -         -          -
+      rank_bm25: skipped: rank_bm25 keeps a dict per chunk and scores every query word with a Python loop over all
+            chunks: time grows with N; at 100,000 it took 662 ms a query; skipped above 200,000 chunks
 
-    [6] citerag ingest of the 14 dev-set chapters: 1,343 chunks in 34.1 s wall = 39.4 chunks/s (load average 1.2 at
-        the start)
+    [6] citerag ingest of the 14 dev-set chapters: 1,343 chunks in 21.9 s wall = 61.3 chunks/s (load average 0.5 at
+            the start)
 
     [7] query embedding, 80 dev questions one at a time (bench_query_embedding's functions)
                                                       sentence-tf   onnx   ratio
-    single query p50 (ms)                                    12.9  5.224   2.47x
-    single query p95 (ms)                                    17.3  7.704   2.24x
-    fresh process: import + load (s)                        4.782  0.321  14.88x
-    fresh process: whole run, one query (s)                 5.891  0.381  15.46x
+    single query p50 (ms)                                    13.1  5.722   2.29x
+    single query p95 (ms)                                    20.9  9.516   2.19x
+    fresh process: import + load (s)                        4.662  0.341  13.67x
+    fresh process: whole run, one query (s)                 5.823  0.404  14.42x
 
     === targets ===
-      met     1. open + first query at 100k, exact: 0.28 s (≤ 1 s; whole process 0.63 s, cold page cache 0.49 s)
-      met     1. open + first query at 100k, hnsw: 0.31 s (≤ 1 s; whole process 0.71 s, cold page cache 0.58 s)
-          [CRASH: plain run killed by signal 11; measured with `import onnxruntime` before Citerag.open]
-      MISSED  2. hybrid p50 at 100k, exact: 13.9 ms (≤ 10 ms, query vector cached; 42.2 ms with its embedding)
-      met     2. hybrid p50 at 100k, hnsw: 6.1 ms (≤ 10 ms, query vector cached; 12.1 ms with its embedding)
-      MISSED  3. HNSW at 1M: p95 0.6 ms (≤ 50 ms) at recall@10 0.888 (≥ 0.98, ef 64); ef 256 would meet it: recall
-          0.988, p95 0.8 ms; exact p95 7.7 ms (INDICATIVE: 1,000,000 not run; measured at 100,000)
-      met     4. resident memory at 1M, hnsw, after open + 50 queries: 0.44 GB (< 3 GB; private 0.38 GB) (INDICATIVE:
-          1,000,000 not run; measured at 100,000)
-      met     5. add a 50-chunk document at 1M, exact: 0.02 s + embedding 1.55 s (≤ 5 s + embedding) (INDICATIVE:
-          1,000,000 not run; measured at 100,000)
-      met     5. add a 50-chunk document at 1M, hnsw: 0.03 s + embedding 1.55 s (≤ 5 s + embedding) (INDICATIVE:
-          1,000,000 not run; measured at 100,000)
-      MISSED  6. ingest: 39.4 chunks/s (≥ 45; 1,343 chunks in 34.1 s)
+      met     1. open + first query at 100k, exact: 0.27 s (≤ 1 s; whole process 0.57 s, cold page cache 0.37 s)
+      met     1. open + first query at 100k, hnsw: 0.30 s (≤ 1 s; whole process 0.60 s, cold page cache 0.53 s)
+      MISSED  2. hybrid p50 at 100k, exact: 13.1 ms (≤ 10 ms, query vector cached; 22.5 ms with its embedding)
+      met     2. hybrid p50 at 100k, hnsw: 7.9 ms (≤ 10 ms, query vector cached; 14.2 ms with its embedding)
+      met     3. HNSW at 1M: p95 23.9 ms (≤ 50 ms) at recall@10 0.997 (≥ 0.98, ef 8192); exact p95 92.2 ms; usearch
+            alone, same parameters: recall@10 0.994, p95 24.2 ms
+      met     4. resident memory at 1M, exact, after open + 50 queries: 1.96 GB (< 3 GB; private 1.91 GB)
+      met     4. resident memory at 1M, hnsw, after open + 50 queries: 1.81 GB (< 3 GB; private 1.76 GB)
+      met     5. add a 50-chunk document at 1M, exact: 0.12 s + embedding 0.92 s (≤ 5 s + embedding)
+      met     5. add a 50-chunk document at 1M, hnsw: 0.12 s + embedding 0.92 s (≤ 5 s + embedding)
+      MISSED  5. worst case: the add that triggers a graph absorb at 1M, hnsw: 18.00 s + embedding 0.92 s (≤ 5 s +
+            embedding; absorbing 50,001 delta rows into a 1,000,000-chunk graph took 17.88 s, the ordinary add 0.12
+            s; amortised 0.018 s per 50-chunk document)
+      met     6. ingest: 61.3 chunks/s (≥ 45; 1,343 chunks in 21.9 s)
 
-Read with care: the crash flagged under [1, 4] is real (`import usearch.index; import onnxruntime` segfaults
-in one process with usearch 2.26.6 and onnxruntime 1.31.1; the facade loads the HNSW index before the
-encoder, so `citerag ask` with vector_index = "hnsw" dies with SIGSEGV); the hnsw figures of [1, 4] are
-with onnxruntime imported first. The "new question" rows of [2] are slower than cached + embedding
-because onnxruntime's intra-op threads spin after each run and slow the numpy scan that follows on 2 cores.
-The synthetic near-copies (75 per chunk at 100k, 745 at 1M, within about 0.001 cosine of each other at the
-10th place) are what keeps HNSW's recall at ef 64 below 0.98.
+Read with care: the vectors are synthetic near-copies (75 per chunk at 100k, 745 at 1M; a query's 10th and
+11th neighbours differ by about 0.0007 cosine), a hard case for HNSW, which is why citerag's search breadth
+grows with the graph (ef 8192 at 1M; 256 would give recall 0.83). Hybrid latency at 1M is mostly BM25 (46 ms
+p50, where bm25s takes 15 ms). The worst-case add rewrites the 1M graph (18 s, once per 50,000 chunks added).
 """
 
 from __future__ import annotations
