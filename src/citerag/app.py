@@ -30,7 +30,7 @@ import numpy as np
 
 from citerag.answer.check import CitationMetrics
 from citerag.answer.generators.base import Generator, GeneratorError
-from citerag.errors import CiteragError
+from citerag.errors import CiteragError, StoreUnavailable
 from citerag.index.sync import IndexLockTimeout, SearchIndexes, index_dir
 from citerag.index.sync import load as load_indexes
 from citerag.index.sync import persist as persist_indexes
@@ -359,7 +359,7 @@ class Collection:
         with self._search_lock:
             try:
                 self._indexes = persist_indexes(self._search_indexes(), self.store)
-            except (OSError, IndexLockTimeout) as exc:
+            except (OSError, IndexLockTimeout, StoreUnavailable) as exc:
                 log.warning("search indexes in %s not saved (%s): they catch up from the store instead",
                             self._index_dir, getattr(exc, "strerror", None) or exc)
 
@@ -395,6 +395,9 @@ class Collection:
         check_text(query, "query")
         settings = self.settings.with_changes(**(options or SearchOptions()).changes())
         timings: dict[str, float] = {}
+        started_embed = time.perf_counter()
+        self.app.query_vector(settings.embedding_model, query)  # embedded (and cached) before taking the lock
+        timings["embed"] = time.perf_counter() - started_embed
         with self._retriever() as retriever:
             hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)
             hits = hits[:settings.k]
@@ -408,6 +411,9 @@ class Collection:
         started = time.perf_counter()
         settings = self.settings.with_changes(**(options or AskOptions()).changes())
         timings: dict[str, float] = {}
+        started_embed = time.perf_counter()
+        self.app.query_vector(settings.embedding_model, question)  # embedded (and cached) before taking the lock
+        timings["embed"] = time.perf_counter() - started_embed
         with self._retriever() as retriever:
             hits = retrieve(question, retriever, settings, self.app.reranker(settings.rerank_model), timings)
             # Only what can be cited: the hits the gate passes (answer_hits applies the same rule again).
