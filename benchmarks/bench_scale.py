@@ -663,6 +663,20 @@ def _index_state(root: Path, kind: str) -> tuple[int, int]:
     return indexes.generation, len(indexes)
 
 
+def _persist_timed(cols: dict[str, Any], store: Store, root: Path, chunks: int, out: dict[str, float], key: str,
+                  doing: str) -> None:
+    """Each kind's persist_indexes, timed into out[f"{key}_{kind}_s"], then checked saved at the store's state."""
+    for kind in KINDS:
+        t = time.perf_counter()
+        cols[kind].persist_indexes()
+        out[f"{key}_{kind}_s"] = time.perf_counter() - t
+    generation = store.generation()
+    for kind in KINDS:
+        if _index_state(root, kind) != (generation, chunks):
+            raise RuntimeError(f"after {doing}, the {kind} index is at {_index_state(root, kind)}, expected "
+                               f"({generation}, {chunks}): persist_indexes did not save")
+
+
 def add_and_delete(root: Path, apps: dict[str, Citerag], base: Base, size: int, encoder: Any) -> dict[str, float]:
     """Target 5: one 50-chunk document added through the store and both facades' persist, then deleted."""
     cols = {kind: app.collection() for kind, app in apps.items()}
@@ -677,27 +691,11 @@ def add_and_delete(root: Path, apps: dict[str, Citerag], base: Base, size: int, 
     t = time.perf_counter()
     doc_id = save_document(store, base, doc, f"{ADDED}{doc:07d}.txt", vectors=vectors, tokens=list(tokens))
     out["store_s"] = time.perf_counter() - t
-    for kind in KINDS:
-        t = time.perf_counter()
-        cols[kind].persist_indexes()
-        out[f"persist_{kind}_s"] = time.perf_counter() - t
-    generation = store.generation()
-    for kind in KINDS:
-        if _index_state(root, kind) != (generation, size + CHUNKS_PER_DOC):
-            raise RuntimeError(f"after adding, the {kind} index is at {_index_state(root, kind)}, expected "
-                               f"({generation}, {size + CHUNKS_PER_DOC}): persist_indexes did not save")
+    _persist_timed(cols, store, root, size + CHUNKS_PER_DOC, out, "persist", "adding")
     t = time.perf_counter()
     store.delete(doc_id)
     out["delete_store_s"] = time.perf_counter() - t
-    for kind in KINDS:
-        t = time.perf_counter()
-        cols[kind].persist_indexes()
-        out[f"delete_persist_{kind}_s"] = time.perf_counter() - t
-    generation = store.generation()
-    for kind in KINDS:
-        if _index_state(root, kind) != (generation, size):
-            raise RuntimeError(f"after deleting, the {kind} index is at {_index_state(root, kind)}, expected "
-                               f"({generation}, {size})")
+    _persist_timed(cols, store, root, size, out, "delete_persist", "deleting")
     return out
 
 

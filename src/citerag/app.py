@@ -49,7 +49,7 @@ from citerag.search import MODES, Retriever
 from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
 from citerag.settings import Settings, load_settings, set_in_config_file
 from citerag.store import ChunkStats, Store, open_store_url
-from citerag.types import Answer, Chunk, Document, Extracted, SearchResult, StoredChunk
+from citerag.types import Answer, Chunk, Document, Extracted, Hit, SearchResult, StoredChunk
 
 # What a generator is built from: two collections that agree on these share one (a local LLM loads once).
 _GENERATOR_SETTINGS = {"generator", "embedding_model", "llm_model_path", "llm_context", "llm_max_tokens",
@@ -388,36 +388,39 @@ class Collection:
         if rebuilt:  # built from the whole store: save it so that the next process need not
             self.persist_indexes()
 
+    def _ranked(self, query: str, settings: Settings, timings: dict[str, float],
+                cited: Callable[[list[Hit]], list[Hit]]) -> tuple[list[Hit], dict[int, str]]:
+        """The ranked hits (reranked when the settings say so) and the canonical texts of the documents of the
+        hits `cited` picks, all from one store view."""
+        from citerag.answer.pipeline import retrieve
+
+        started = time.perf_counter()
+        self.app.query_vector(settings.embedding_model, query)  # embedded (and cached) before taking the lock
+        timings["embed"] = time.perf_counter() - started
+        with self._retriever() as retriever:
+            hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)
+            return hits, retriever.texts({h.document.id for h in cited(hits)})
+
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
         from citerag.answer.citations import cite
-        from citerag.answer.pipeline import retrieve
 
         check_text(query, "query")
         settings = self.settings.with_changes(**(options or SearchOptions()).changes())
         timings: dict[str, float] = {}
-        started_embed = time.perf_counter()
-        self.app.query_vector(settings.embedding_model, query)  # embedded (and cached) before taking the lock
-        timings["embed"] = time.perf_counter() - started_embed
-        with self._retriever() as retriever:
-            hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)
-            hits = hits[:settings.k]
-            texts = retriever.texts({h.document.id for h in hits})
+        hits, texts = self._ranked(query, settings, timings, lambda ranked: ranked[:settings.k])
+        hits = hits[:settings.k]
         return SearchResult(hits, cite(hits, texts.__getitem__), timings)
 
     def ask(self, question: str, options: AskOptions | None = None) -> Answer:
-        from citerag.answer.pipeline import answer_hits, retrieve
+        from citerag.answer.pipeline import answer_hits
 
         check_text(question, "question")
         started = time.perf_counter()
         settings = self.settings.with_changes(**(options or AskOptions()).changes())
         timings: dict[str, float] = {}
-        started_embed = time.perf_counter()
-        self.app.query_vector(settings.embedding_model, question)  # embedded (and cached) before taking the lock
-        timings["embed"] = time.perf_counter() - started_embed
-        with self._retriever() as retriever:
-            hits = retrieve(question, retriever, settings, self.app.reranker(settings.rerank_model), timings)
-            # Only what can be cited: the hits the gate passes (answer_hits applies the same rule again).
-            texts = retriever.texts({h.document.id for h in gate(hits, settings.threshold, settings.max_sources)})
+        # Only what can be cited: the hits the gate passes (answer_hits applies the same rule again).
+        hits, texts = self._ranked(question, settings, timings,
+                                   lambda ranked: gate(ranked, settings.threshold, settings.max_sources))
         # The generator runs after the read has ended: a slow model holds neither the index nor the database.
         answer = answer_hits(question, hits, self.app.generator(settings), texts.__getitem__, settings, timings,
                              started)

@@ -34,7 +34,6 @@ __all__ = ["IndexLockTimeout", "SearchIndexes", "index_dir", "load", "persist"]
 FORMAT = 1
 LOCK_TIMEOUT_S = 300.0  # a writer saving a million-chunk graph holds the lock for minutes at most
 MANIFEST = "manifest.json"
-VECTOR_INDEXES = ("exact", "hnsw")
 _VECTOR_TYPES: dict[str, Any] = {"exact": ExactIndex, "hnsw": HnswIndex}
 
 
