@@ -16,6 +16,7 @@ through them, so a bad value is a one-line SettingsError naming the field, never
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -30,6 +31,7 @@ import numpy as np
 
 from citerag.answer.check import CitationMetrics
 from citerag.answer.generators.base import Generator, GeneratorError
+from citerag.catalog import Catalog
 from citerag.errors import CiteragError, StoreUnavailable
 from citerag.index.sync import IndexLockTimeout, SearchIndexes, index_dir
 from citerag.index.sync import load as load_indexes
@@ -155,12 +157,25 @@ class _Lru:
                 self._data.popitem(last=False)
 
 
+class EmptyCollection(CiteragError):
+    """A search or question on a collection with nothing indexed (a client error, not a refusal)."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """An upload taken in: its document (new and pending, or the one that already holds these bytes)."""
+
+    document: Document
+    existed: bool
+
+
 class Citerag:
     """Shared models and caches, and the collections that use them."""
 
     def __init__(self, query_cache: int = 4096) -> None:
         self.collections: dict[str, Collection] = {}
         self.default: str | None = None
+        self.catalog: Catalog | None = None  # set by open_home: collections by name, opened when first used
         self.citation_metrics = CitationMetrics()
         self._queries = _Lru(query_cache)
         self._models: dict[tuple[str, ...], Any] = {}
@@ -172,6 +187,32 @@ class Citerag:
         app = cls()
         app.open_collection(settings or load_settings(), create=create)
         return app
+
+    @classmethod
+    def open_home(cls, settings: Settings) -> Citerag:
+        """A server's application: the home collection (the index folder) and every collection created beside it,
+        each opened when first used."""
+        app = cls()
+        app.catalog = Catalog(settings)
+        app.open_collection(settings, create=True)
+        return app
+
+    def collection_names(self) -> list[str]:
+        return self.catalog.names() if self.catalog else list(self.collections)
+
+    def create_collection(self, name: str, changes: dict[str, Any]) -> Collection:
+        if self.catalog is None:
+            raise CiteragError("collections can only be created in a home (Citerag.open_home)")
+        with self._lock:
+            return self.open_collection(self.catalog.create(name, changes), create=True)
+
+    def drop_collection(self, name: str) -> None:
+        if self.catalog is None:
+            raise CiteragError("collections can only be deleted in a home (Citerag.open_home)")
+        with self._lock:
+            self.catalog.delete(name)  # refuses the home collection before anything is closed
+            if name in self.collections:
+                self.collections.pop(name).close()
 
     def open_collection(self, settings: Settings, *, create: bool = False) -> Collection:
         with self._lock:
@@ -185,6 +226,9 @@ class Citerag:
 
     def collection(self, name: str | None = None) -> Collection:
         key = name or self.default
+        with self._lock:
+            if key is not None and key not in self.collections and self.catalog and self.catalog.exists(key):
+                return self.open_collection(self.catalog.settings(key), create=True)
         if key is None or key not in self.collections:
             raise CiteragError(f"no collection {key!r} is open")
         return self.collections[key]
@@ -286,6 +330,7 @@ class Collection:
         self.store = store
         self.indexer = Indexer(store, settings, lambda: app.encoder(settings.embedding_model))
         self._search_lock = threading.Lock()
+        self.write_lock = threading.Lock()  # a server's writers to this collection take turns (indexing, deleting)
         self._indexes: SearchIndexes | None = None  # loaded on first use
         self._index_dir = index_dir(settings.sqlite_dir, settings.embedding_model, settings.vector_index)
 
@@ -330,9 +375,28 @@ class Collection:
         finally:
             self.persist_indexes()
 
+    def accept(self, source: Source) -> Accepted:
+        """Take in an upload without indexing it yet: the document that already holds these bytes, or a new
+        `pending` one (index it with index_document). A different file under the same key is the caller's
+        business (replace it explicitly)."""
+        sha = hashlib.sha256(source.data).hexdigest()
+        doc = self.store.document_by_path(source.uri)
+        if doc is not None:
+            return Accepted(doc, doc.sha256 == sha)
+        doc_id = self.store.add_pending(source.uri, source.display_name, sha)
+        new = self.store.document(doc_id)
+        assert new is not None
+        return Accepted(new, False)
+
     # Reading
     def documents(self) -> list[Document]:
         return list(self.store.documents())
+
+    def document(self, document_id: int) -> Document | None:
+        return self.store.document(document_id)
+
+    def canonical_text(self, document_id: int) -> str:
+        return self.store.canonical_text(document_id)
 
     def status(self) -> CollectionStatus:
         rows = [DocumentStatus(d, is_stale(d, self.indexer.stamps_for(d.name))) for d in self.store.documents()]
@@ -379,10 +443,10 @@ class Collection:
                             "`citerag reindex --stale`", excluded)
             if not len(indexes):
                 if view.excluded_documents(model):
-                    raise CiteragError(f"no documents in {self.location} were indexed with {model}: "
-                                       "run `citerag reindex --stale`")
-                raise CiteragError(f"the index at {self.location} has no indexed documents: "
-                                   "run `citerag ingest PATH` first")
+                    raise EmptyCollection(f"no documents in {self.location} were indexed with {model}: "
+                                          "run `citerag reindex --stale`")
+                raise EmptyCollection(f"the index at {self.location} has no indexed documents: "
+                                      "run `citerag ingest PATH` first")
             yield Retriever(indexes.vector, indexes.lexical, view, lambda q: self.app.query_vector(model, q),
                             rrf_k=self.settings.rrf_k)
         if rebuilt:  # built from the whole store: save it so that the next process need not
@@ -412,21 +476,32 @@ class Collection:
         return SearchResult(hits, cite(hits, texts.__getitem__), timings)
 
     def ask(self, question: str, options: AskOptions | None = None) -> Answer:
-        from citerag.answer.pipeline import answer_hits
+        answer: Answer | None = None
+        for kind, value in self.ask_events(question, options):
+            if kind == "answer":
+                answer = value
+        assert answer is not None
+        return answer
+
+    def ask_events(self, question: str, options: AskOptions | None = None) -> Iterator[tuple[str, Any]]:
+        """A question answered step by step (what a streaming client shows as it happens): ("retrieval", hits),
+        then citerag.answer.pipeline.answer_events: ("citation", c)..., ("delta", text)..., ("answer", Answer)."""
+        from citerag.answer.pipeline import answer_events
 
         check_text(question, "question")
         started = time.perf_counter()
         settings = self.settings.with_changes(**(options or AskOptions()).changes())
         timings: dict[str, float] = {}
-        # Only what can be cited: the hits the gate passes (answer_hits applies the same rule again).
+        # Only what can be cited: the hits the gate passes (answer_events applies the same rule again).
         hits, texts = self._ranked(question, settings, timings,
                                    lambda ranked: gate(ranked, settings.threshold, settings.max_sources))
+        yield "retrieval", hits
         # The generator runs after the read has ended: a slow model holds neither the index nor the database.
-        answer = answer_hits(question, hits, self.app.generator(settings), texts.__getitem__, settings, timings,
-                             started)
-        if answer.check is not None:
-            self.app.citation_metrics.record(answer.check)
-        return answer
+        for kind, value in answer_events(question, hits, self.app.generator(settings), texts.__getitem__, settings,
+                                         timings, started):
+            if kind == "answer" and value.check is not None:
+                self.app.citation_metrics.record(value.check)
+            yield kind, value
 
     def generator(self, options: AskOptions | None = None) -> Any:
         """The generator these options choose (an evaluation's LLM judge uses it directly)."""
@@ -465,6 +540,7 @@ def chunk_file(path: Path, strategy: str, target: int, overlap: int, title: str 
     return chunk_extracted(extract_file(path, title=title or path.stem), strategy, target, overlap)
 
 
-__all__ = ["MODES", "AskOptions", "Citerag", "Collection", "CollectionStatus", "Discovered", "DocumentStatus",
+__all__ = ["MODES", "Accepted", "AskOptions", "Citerag", "EmptyCollection",
+           "Collection", "CollectionStatus", "Discovered", "DocumentStatus",
            "Generator", "GeneratorError", "IngestReport", "Outcome", "SearchOptions", "Settings", "Source",
            "check_text", "chunk_file", "discover", "extract_file", "gate", "load_settings", "set_in_config_file"]

@@ -222,9 +222,12 @@ def status(index: str | None, as_json: bool) -> None:
             click.echo(f"         warning: {w}")
 
 
+from citerag.cli_service import keys_group, serve_command  # noqa: E402
 from citerag.eval.command import eval_command  # noqa: E402
 
 cli.add_command(eval_command)
+cli.add_command(serve_command)
+cli.add_command(keys_group)
 
 
 @click.command("train-reranker")

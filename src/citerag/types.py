@@ -133,13 +133,14 @@ class Citation:
     cosine_distance: float
     # Mean Tesseract word confidence (0-100) of the least confident OCR'd page the quote touches.
     ocr_confidence: float | None = None
+    section: str = ""  # the section title the quoted chunk sits in ("" before a document's first heading)
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "index": self.index, "document_id": self.document_id, "document_name": self.document_name,
             "source_path": self.source_path, "locator_label": self.locator_label,
             "fragment": self.fragment, "start": self.start, "end": self.end, "quote": self.quote,
-            "cosine_distance": round(self.cosine_distance, 6),
+            "cosine_distance": round(self.cosine_distance, 6), "section": self.section,
         }
         if self.ocr_confidence is not None:
             data["ocr_confidence"] = round(self.ocr_confidence, 1)
@@ -186,6 +187,9 @@ class Answer:
     check: CitationCheck | None = None
     generator: str | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage: retrieve, rerank, generate, ...
+    # The refusal rule's inputs: the closest hit's cosine distance (None when nothing was retrieved) and the cut.
+    best_distance: float | None = None
+    threshold: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"question": self.question, "refused": self.refused, "answer": self.answer,

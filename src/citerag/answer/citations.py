@@ -17,7 +17,8 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import parse_qs, quote
 
 from citerag.types import Citation, Hit, Locator
 
@@ -123,5 +124,44 @@ def cite(hits: list[Hit], canonical_text: Callable[[int], str]) -> list[Citation
             locator_label=located.label if located else locator_label(hit),
             fragment=located.fragment if located else fragment(c.start, c.end), start=c.start, end=c.end,
             quote=c.content, cosine_distance=hit.cosine_distance,
-            ocr_confidence=located.ocr_confidence if located else None))
+            ocr_confidence=located.ocr_confidence if located else None, section=c.section))
     return citations
+
+
+def typed_locator(citation: Citation) -> dict[str, Any]:
+    """The citation's locator as an object an API client can use without parsing fragments:
+    {"type": "char", "start", "end"} | {"type": "page", "page"} | {"type": "time", "start", "end"} (seconds) |
+    {"type": "cell", "sheet", "range"}. Every type also carries the canonical range as char_start/char_end."""
+    kind, _, value = citation.fragment.lstrip("#").partition("=")
+    chars = {"char_start": citation.start, "char_end": citation.end}
+    if kind == "page":
+        return {"type": "page", "page": int(value), **chars}
+    if kind == "t":
+        t0, _, t1 = value.partition(",")
+        return {"type": "time", "start": float(t0), "end": float(t1), **chars}
+    if kind == "sheet":
+        query = parse_qs(citation.fragment.lstrip("#"))
+        return {"type": "cell", "sheet": query["sheet"][0], "range": query["range"][0], **chars}
+    return {"type": "char", "start": citation.start, "end": citation.end}
+
+
+# Words a text directive takes from each end of a quote: enough to be unique on a page, short enough to stay in
+# one block element (a directive's terms must not cross block boundaries, and the canonical text breaks lines there).
+_DIRECTIVE_WORDS = 6
+
+
+def text_directive(quote_text: str) -> str:
+    """A URL text fragment (`#:~:text=start,end`, WICG Scroll To Text Fragment) that makes a browser opening the
+    original HTML page scroll to the quote and highlight it: the first words of its first line and the last
+    words of its last line. Dashes, commas and ampersands are escaped, as the directive's syntax requires."""
+    lines = [line.split() for line in quote_text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+
+    def term(words: list[str]) -> str:
+        return quote(" ".join(words), safe="").replace("-", "%2D")
+
+    first, last = lines[0], lines[-1]
+    if len(lines) == 1 and len(first) <= 2 * _DIRECTIVE_WORDS:
+        return "#:~:text=" + term(first)
+    return "#:~:text=" + term(first[:_DIRECTIVE_WORDS]) + "," + term(last[-_DIRECTIVE_WORDS:])

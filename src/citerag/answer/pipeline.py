@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from citerag.answer.check import check_citations
 from citerag.answer.citations import cite
@@ -37,23 +38,53 @@ def retrieve(question: str, retriever: Retriever, settings: Settings, reranker: 
     return hits
 
 
-def answer_hits(question: str, hits: list[Hit], generator: Generator, canonical_text: Callable[[int], str],
-                settings: Settings, timings: dict[str, float] | None = None, started: float | None = None) -> Answer:
+def answer_events(question: str, hits: list[Hit], generator: Generator, canonical_text: Callable[[int], str],
+                  settings: Settings, timings: dict[str, float] | None = None,
+                  started: float | None = None) -> Iterator[tuple[str, Any]]:
     """Gate the ranked hits, cite what passes, generate and check; refuse without calling a model.
 
-    `started` is when the question arrived (perf_counter), so that timings["total"] includes retrieval."""
+    Yields ("citation", Citation) for each source the gate kept, ("delta", text) as the generator writes (one
+    delta for a generator that does not stream), and last ("answer", Answer): the checked answer or the refusal.
+    Deltas are the model's raw text; only the final answer has its citations checked. `started` is when the
+    question arrived (perf_counter), so that timings["total"] includes retrieval."""
     timings = {} if timings is None else timings
     start = time.perf_counter() if started is None else started
+    best = min((h.cosine_distance for h in hits), default=None)
     kept = gate(hits, settings.threshold, settings.max_sources)
     if not kept:
         timings["total"] = time.perf_counter() - start
-        return Answer(question, True, refusal(question, settings.threshold), [], timings=timings)
+        yield "answer", Answer(question, True, refusal(question, settings.threshold), [], timings=timings,
+                               best_distance=best, threshold=settings.threshold)
+        return
     citations = cite(kept, canonical_text)
+    for citation in citations:
+        yield "citation", citation
     prompt = build_prompt(question, citations)
     t0 = time.perf_counter()
-    raw = generator.generate(question, citations, prompt)
+    stream = getattr(generator, "stream_text", None)
+    parts: list[str] = []
+    if callable(stream) and getattr(generator, "stream", False):
+        for delta in stream(prompt):
+            parts.append(delta)
+            yield "delta", delta
+        raw = "".join(parts).strip()
+    else:
+        raw = generator.generate(question, citations, prompt)
+        yield "delta", raw
     timings["generate"] = time.perf_counter() - t0
     # The model may only write [n] for a source it was given: anything else is removed and reported.
     text, check = check_citations(raw, len(citations))
     timings["total"] = time.perf_counter() - start
-    return Answer(question, False, text, citations, prompt, check=check, generator=generator.name, timings=timings)
+    yield "answer", Answer(question, False, text, citations, prompt, check=check, generator=generator.name,
+                           timings=timings, best_distance=best, threshold=settings.threshold)
+
+
+def answer_hits(question: str, hits: list[Hit], generator: Generator, canonical_text: Callable[[int], str],
+                settings: Settings, timings: dict[str, float] | None = None, started: float | None = None) -> Answer:
+    """The final answer of answer_events (the same pipeline, read to its end)."""
+    answer: Answer | None = None
+    for kind, value in answer_events(question, hits, generator, canonical_text, settings, timings, started):
+        if kind == "answer":
+            answer = value
+    assert answer is not None
+    return answer

@@ -1,0 +1,77 @@
+"""`citerag serve` and `citerag keys`: the HTTP service and its API keys, over the index folder (--index)."""
+
+from __future__ import annotations
+
+import click
+
+from citerag.catalog import Catalog
+from citerag.errors import CiteragError
+from citerag.settings import load_settings
+
+
+@click.command("serve")
+@click.option("--index", "index", metavar="DIR", default=None,
+              help="Home index directory: its own collection plus those created beside it (default ./.citerag).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--no-keys", is_flag=True, help="Serve without API keys (loopback addresses only).")
+@click.option("--max-upload-mb", type=click.FloatRange(0.001, 100_000), default=100.0, show_default=True,
+              help="Largest request body.")
+def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_upload_mb: float) -> None:
+    """Serve the API (/v1, OpenAPI at /docs) and the web page (/) with uvicorn."""
+    import uvicorn
+
+    from citerag.service.app import create_app
+    from citerag.service.state import ServiceConfig
+
+    config = ServiceConfig(host=host, port=port, keys_required=not no_keys, max_upload_mb=max_upload_mb)
+    config.check()  # before anything loads: binding beyond loopback without keys is refused
+    app = create_app(load_settings(index), config)
+    click.echo(f"citerag serving {load_settings(index).index_dir} on http://{host}:{port}/"
+               + ("  (no keys: loopback only)" if no_keys else ""), err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """API keys: created here, shown once, stored as a hash."""
+
+
+@keys_group.command("create")
+@click.option("--index", "index", metavar="DIR", default=None, help="Home index directory (default ./.citerag).")
+@click.option("--collection", default=None, help="The collection the key is for; omit for a server admin key.")
+@click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
+def keys_create(index: str | None, collection: str | None, scope: str) -> None:
+    """Print a new key (once): read = search and ask; write = also upload, replace, delete; admin = all."""
+    from citerag.service.keys import KeyStore
+
+    settings = load_settings(index)
+    if collection is not None and not Catalog(settings).exists(collection):
+        raise CiteragError(f"no collection {collection!r} in {settings.index_dir} "
+                           f"(collections: {', '.join(Catalog(settings).names())})")
+    token = KeyStore(settings.index_dir.expanduser().resolve()).create(collection, scope)
+    click.echo(token)
+    click.echo(f"{scope} key for {'every collection' if collection is None else f'collection {collection!r}'}; "
+               "it is not shown again", err=True)
+
+
+@keys_group.command("list")
+@click.option("--index", "index", metavar="DIR", default=None, help="Home index directory (default ./.citerag).")
+def keys_list(index: str | None) -> None:
+    """Prefix, collection, scope and creation time of every key (never the key)."""
+    from citerag.service.keys import KeyStore
+
+    for key in KeyStore(load_settings(index).index_dir.expanduser().resolve()).list():
+        click.echo(f"crk_{key.prefix}  {key.collection or '*':<20} {key.scope:<6} {key.created_at}")
+
+
+@keys_group.command("revoke")
+@click.argument("prefix")
+@click.option("--index", "index", metavar="DIR", default=None, help="Home index directory (default ./.citerag).")
+def keys_revoke(prefix: str, index: str | None) -> None:
+    """Revoke the key with this prefix (as `keys list` shows it, with or without crk_)."""
+    from citerag.service.keys import KeyStore
+
+    if not KeyStore(load_settings(index).index_dir.expanduser().resolve()).revoke(prefix.removeprefix("crk_")):
+        raise CiteragError(f"no key with prefix {prefix}")
+    click.echo(f"revoked {prefix}")

@@ -1,0 +1,84 @@
+"""The FastAPI application: thin routers over the application core (citerag.app), the same facade the CLI uses.
+
+    citerag serve [--host 127.0.0.1] [--port 8000] [--no-keys]
+
+OpenAPI at /openapi.json (docs at /docs), the API under /v1, the web page at /.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.staticfiles import StaticFiles
+
+from citerag import __version__
+from citerag.app import Citerag
+from citerag.service import errors
+from citerag.service.blobs import UPLOAD_SCHEME
+from citerag.service.jobs import IngestQueue, Job
+from citerag.service.keys import KeyStore
+from citerag.service.routes import answers, collections, documents, pages
+from citerag.service.state import Service, ServiceConfig
+from citerag.settings import Settings
+
+log = logging.getLogger("citerag.service")
+TRACE_HEADER = "X-Trace-Id"
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+# The page's own scripts and styles only; nothing inline, nothing from elsewhere, never framed.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+
+def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastAPI:
+    """The service over the home collection in `settings` (its index folder) and the collections beside it."""
+    config = config or ServiceConfig()
+    config.check()
+
+    @asynccontextmanager
+    async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        core = Citerag.open_home(settings)
+        svc = Service(core, KeyStore(settings.index_dir.expanduser().resolve()), IngestQueue(core), config)
+        api.state.service = svc
+        svc.jobs.start()
+        _requeue_pending(svc)
+        try:
+            yield
+        finally:
+            svc.jobs.stop()
+            core.close()
+
+    api = FastAPI(title="citerag", version=__version__, lifespan=lifespan,
+                  description="Answers with citations that open the source at the quote, or NO ANSWER.")
+    errors.install(api)
+    for router in (collections.router, documents.router, answers.router, pages.router):
+        api.include_router(router)
+    api.mount("/static", StaticFiles(directory=pages.STATIC), name="static")
+
+    @api.middleware("http")
+    async def headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        incoming = _TRACEPARENT.match(request.headers.get("traceparent", ""))
+        request.state.trace_id = incoming.group(1) if incoming else uuid.uuid4().hex
+        response = await call_next(request)
+        response.headers[TRACE_HEADER] = request.state.trace_id
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    api.add_middleware(errors.LimitBody, limit=int(config.max_upload_mb * 1048576))
+    return api
+
+
+def _requeue_pending(svc: Service) -> None:
+    """Uploads a stopped server left pending are indexed now, from their stored bytes."""
+    for name in svc.app.collection_names():
+        collection = svc.app.collection(name)
+        for doc in collection.documents():
+            if doc.status == "pending" and doc.source_path.startswith(UPLOAD_SCHEME):
+                svc.jobs.submit(Job(name, doc.id, doc.name, doc.sha256))

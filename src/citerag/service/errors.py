@@ -1,0 +1,131 @@
+"""Every error is JSON `{"error": message, "field": name or null}` with a 4xx the client can act on; an
+unexpected failure is a 500 that says only its trace id (the traceback goes to the server's log)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from citerag.answer.generators.base import GeneratorError
+from citerag.app import EmptyCollection
+from citerag.errors import CiteragError, StoreUnavailable
+
+log = logging.getLogger("citerag.service")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(404, f"{what} not found")
+
+
+def body(message: str, field: str | None = None) -> dict[str, Any]:
+    return {"error": message, "field": field}
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    # ("body", "question") -> "question"; ("query", "ids") -> "ids"; ("path", "document_id") -> "document_id"
+    parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path", "header", "cookie") else \
+        [str(p) for p in loc]
+    return ".".join(parts) or "body"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(body(exc.message, exc.field), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        field = _field(tuple(first.get("loc", ())))
+        problems = "; ".join(f"{_field(tuple(e.get('loc', ())))}: {e.get('msg', 'invalid')}" for e in exc.errors())
+        return JSONResponse(body(problems or "invalid request", field), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(EmptyCollection)
+    async def empty(request: Request, exc: EmptyCollection) -> JSONResponse:
+        return JSONResponse(body(str(exc)), status_code=409)
+
+    @app.exception_handler(StoreUnavailable)
+    async def unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        return JSONResponse(body(f"the store is unavailable: {exc}"), status_code=503)
+
+    @app.exception_handler(GeneratorError)
+    async def generator(request: Request, exc: GeneratorError) -> JSONResponse:
+        return JSONResponse(body(f"the answer's generator failed: {exc}"), status_code=502)
+
+    @app.exception_handler(CiteragError)
+    async def citerag_error(request: Request, exc: CiteragError) -> JSONResponse:
+        return JSONResponse(body(str(exc)), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        trace = getattr(request.state, "trace_id", "-")
+        log.exception("unexpected error (trace %s)", trace)
+        return JSONResponse(body(f"internal error (trace id {trace})"), status_code=500)
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """An HTTPException, so that FastAPI passes it on as it is instead of a 400 'error parsing the body'."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body over the limit of {limit / 1048576:g} MB")
+
+
+class LimitBody:
+    """Refuse request bodies over `limit` bytes with a 413, by Content-Length up front or while a chunked body
+    streams in, before the multipart parser spools it to disk."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _too_large(send, self.limit)
+            return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise BodyTooLarge(self.limit)
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except BodyTooLarge:
+            if not started:
+                await _too_large(send, self.limit)
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    response = JSONResponse(body(f"request body over the limit of {limit / 1048576:g} MB"), status_code=413)
+    await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})

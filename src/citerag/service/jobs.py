@@ -1,0 +1,107 @@
+"""Uploads are indexed in the background, one document at a time, in the server process.
+
+A plain thread and a queue.Queue, not a job library: the work never leaves this process and nothing outlives it
+(documents left `pending` by a stopped server are queued again when it starts, from their stored bytes). The
+queue workers of the production-backends issue replace this with a shared queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+from citerag.app import Citerag
+from citerag.errors import CiteragError, StoreUnavailable
+from citerag.ingest import Source
+from citerag.service.blobs import forget_original, read_original
+
+log = logging.getLogger("citerag.service")
+
+
+@dataclass(frozen=True)
+class Job:
+    collection: str
+    document_id: int
+    name: str  # the file name that picks the extractor (a replacement keeps the document's own)
+    sha256: str
+
+
+class IngestQueue:
+    def __init__(self, app: Citerag) -> None:
+        self.app = app
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._state: dict[tuple[str, int], str] = {}  # (collection, document id) -> queued | running
+        self._cancelled: set[tuple[str, int]] = set()
+        # The bytes last submitted per document, so that `retry` of a replacement that failed finds them again
+        # (the store keeps the served version's hash; this map lives as long as the process).
+        self.submitted: dict[tuple[str, int], Job] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="citerag-ingest", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def submit(self, job: Job) -> None:
+        key = (job.collection, job.document_id)
+        with self._lock:
+            self._cancelled.discard(key)
+            self._state[key] = "queued"
+            self.submitted[key] = job
+        self._queue.put(job)
+
+    def state(self, collection: str, document_id: int) -> str | None:
+        with self._lock:
+            return self._state.get((collection, document_id))
+
+    def cancel(self, collection: str, document_id: int) -> None:
+        """A deleted document's queued job is skipped (a running one finishes; its delete waits for it)."""
+        with self._lock:
+            self._cancelled.add((collection, document_id))
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            key = (job.collection, job.document_id)
+            with self._lock:
+                if key in self._cancelled:
+                    self._cancelled.discard(key)
+                    self._state.pop(key, None)
+                    continue
+                self._state[key] = "running"
+            try:
+                self._index(job)
+            except Exception:  # the queue must outlive any one document; the document keeps its reason
+                log.exception("indexing document %s of %s failed", job.document_id, job.collection)
+            finally:
+                with self._lock:
+                    if self._state.get(key) == "running":
+                        del self._state[key]
+
+    def _index(self, job: Job) -> None:
+        try:
+            collection = self.app.collection(job.collection)
+        except CiteragError:
+            return  # the collection was deleted while the job waited
+        doc = collection.document(job.document_id)
+        if doc is None:
+            return  # deleted while queued
+        data = read_original(collection, doc, job.sha256)
+        if data is None:
+            log.warning("document %s of %s: stored bytes %s missing, left as it is", doc.id, job.collection,
+                        job.sha256[:12])
+            return
+        try:
+            with collection.write_lock:
+                if collection.document(job.document_id) is None:
+                    return
+                collection.index_document(Source(doc.source_path, data, name=job.name))
+                if doc.sha256 != job.sha256:  # a replacement: the old bytes go once nothing refers to them
+                    forget_original(collection, doc.sha256)
+        except StoreUnavailable as exc:
+            # Nothing is blamed on the document: it stays pending and is queued again when the server restarts.
+            log.error("store unavailable while indexing %s: %s", doc.name, exc)

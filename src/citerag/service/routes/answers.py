@@ -1,0 +1,77 @@
+"""Search and answer over one collection; answers also as server-sent events with citations in every mode."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import APIRouter
+from sse_starlette import EventSourceResponse
+
+from citerag.answer.generators.base import GeneratorError
+from citerag.app import AskOptions, SearchOptions, check_text
+from citerag.errors import CiteragError
+from citerag.service.auth import Readable
+from citerag.service.errors import ApiError
+from citerag.service.present import answer_json, citation_json, hit_json, refusal_json, search_json
+from citerag.service.schemas import AskRequest, SearchRequest
+from citerag.types import Answer
+
+router = APIRouter(prefix="/v1/collections/{name}", tags=["answers"])
+
+
+def _text(value: str, field: str) -> str:
+    try:
+        return check_text(value, field)
+    except CiteragError as exc:
+        raise ApiError(422, str(exc), field) from None
+
+
+@router.post("/search")
+def search(request: SearchRequest, collection: Readable) -> dict[str, Any]:
+    query = _text(request.query, "query")
+    result = collection.search(query, SearchOptions(mode=request.mode, k=request.k))
+    return search_json(collection.name, query, result)
+
+
+@router.post("/ask", response_model=None,
+             responses={200: {"content": {"application/json": {}, "text/event-stream": {}},
+                              "description": "The answer, or with stream=true its events."}})
+def ask(request: AskRequest, collection: Readable) -> dict[str, Any] | EventSourceResponse:
+    question = _text(request.question, "question")
+    options = AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
+                         max_sources=request.max_sources)
+    if not request.stream:
+        return answer_json(collection.name, collection.ask(question, options))
+    events = collection.ask_events(question, options)
+    # The retrieval runs before the response starts, so that an empty collection is a 409 like the JSON answer.
+    first = next(events)
+    return EventSourceResponse(_stream(collection.name, first, events), ping=15)
+
+
+def _stream(name: str, first: tuple[str, Any], events: Iterator[tuple[str, Any]]) -> Iterator[dict[str, str]]:
+    def event(kind: str, data: Any) -> dict[str, str]:
+        return {"event": kind, "data": json.dumps(data)}
+
+    try:
+        for kind, value in _chain(first, events):
+            if kind == "retrieval":
+                yield event("retrieval", {"hits": [hit_json(h) for h in value]})
+            elif kind == "citation":
+                yield event("citation", citation_json(name, value))
+            elif kind == "delta":
+                yield event("delta", {"text": value})
+            elif kind == "answer":
+                answer: Answer = value
+                if answer.refused:
+                    yield event("refusal", {**refusal_json(answer), "message": answer.answer})
+                yield event("final", answer_json(name, answer))
+    except (GeneratorError, CiteragError) as exc:
+        yield event("error", {"error": str(exc)})
+    yield event("done", {})
+
+
+def _chain(first: tuple[str, Any], rest: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    yield first
+    yield from rest

@@ -1,0 +1,56 @@
+"""Collections: create, list, get, delete. Each is an isolated index with its own settings and threshold."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Response
+
+from citerag.app import Collection
+from citerag.catalog import CLIENT_SETTINGS
+from citerag.errors import CiteragError
+from citerag.service.auth import Administrable, Caller, Readable, ServiceDep, server_admin
+from citerag.service.errors import ApiError
+from citerag.service.keys import Principal
+from citerag.service.schemas import CreateCollection
+
+router = APIRouter(prefix="/v1/collections", tags=["collections"])
+
+
+def collection_json(collection: Collection) -> dict[str, Any]:
+    s = collection.settings
+    return {"name": collection.name, "counts": collection.status().counts,
+            "settings": {key: getattr(s, key) for key in (*CLIENT_SETTINGS, "embedding_model", "generator")}}
+
+
+@router.get("")
+def list_collections(svc: ServiceDep, who: Caller) -> dict[str, Any]:
+    names = [n for n in svc.app.collection_names() if who.sees(n)]
+    return {"collections": [collection_json(svc.app.collection(n)) for n in names]}
+
+
+@router.post("", status_code=201)
+def create_collection(request: CreateCollection, svc: ServiceDep,
+                      who: Annotated[Principal, Depends(server_admin)]) -> dict[str, Any]:
+    if request.name in svc.app.collection_names():
+        raise ApiError(409, f"collection {request.name!r} already exists", "name")
+    try:
+        created = svc.app.create_collection(request.name, request.settings.model_dump(exclude_none=True))
+    except CiteragError as exc:
+        raise ApiError(422, str(exc), "settings") from None
+    return collection_json(created)
+
+
+@router.get("/{name}")
+def get_collection(collection: Readable) -> dict[str, Any]:
+    return collection_json(collection)
+
+
+@router.delete("/{name}", status_code=204)
+def delete_collection(collection: Administrable, svc: ServiceDep) -> Response:
+    try:
+        with collection.write_lock:
+            svc.app.drop_collection(collection.name)
+    except CiteragError as exc:
+        raise ApiError(409, str(exc)) from None
+    return Response(status_code=204)

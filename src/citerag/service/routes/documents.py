@@ -1,0 +1,212 @@
+"""Documents: upload (202, indexed in the background), status (polled or as server-sent events), replace, delete,
+retry, and the sources themselves: the original file and the canonical text a citation's range points into."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import mimetypes
+from collections.abc import AsyncIterator
+from pathlib import PurePosixPath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Path, Query, Request, Response, UploadFile
+from fastapi.responses import FileResponse, PlainTextResponse
+from sse_starlette import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
+
+from citerag.app import Collection
+from citerag.ingest import Source, is_stale
+from citerag.service.auth import Readable, ServiceDep, Writable
+from citerag.service.blobs import UPLOAD_SCHEME, forget_original, read_original, save_original
+from citerag.service.errors import ApiError
+from citerag.service.jobs import Job
+from citerag.service.present import HTML_SUFFIXES, document_json, document_url
+from citerag.service.state import Service
+from citerag.types import Document
+
+router = APIRouter(prefix="/v1/collections/{name}/documents", tags=["documents"])
+STATIC = PurePosixPath(__file__).parent.parent / "static"
+DocumentId = Annotated[int, Path(ge=1, le=2**53, description="The document's id.")]
+# What an original may run in the browser: nothing. An uploaded HTML page is shown, never trusted.
+SANDBOX = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def _json(svc: Service, collection: Collection, doc: Document) -> dict[str, Any]:
+    stale = is_stale(doc, collection.indexer.stamps_for(doc.name))
+    return document_json(collection.name, doc, stale, svc.jobs.state(collection.name, doc.id))
+
+
+def _document(collection: Collection, document_id: int) -> Document:
+    doc = collection.document(document_id)
+    if doc is None:
+        raise ApiError(404, f"document {document_id} not found in collection {collection.name!r}")
+    return doc
+
+
+def _file_name(upload: UploadFile) -> str:
+    """The upload's own name without any folder: it names the document and picks the extractor, never a path."""
+    raw = (upload.filename or "").replace("\\", "/")
+    name = PurePosixPath(raw).name.strip()
+    if not name or name in (".", "..") or any(ord(ch) < 32 or ch == "\x7f" for ch in name) or len(name) > 255:
+        raise ApiError(422, f"file name {raw[:80]!r} is not usable: give each file a plain name", "files")
+    return name
+
+
+def _read(upload: UploadFile, limit_mb: float) -> bytes:
+    data = upload.file.read(int(limit_mb * 1048576) + 1)
+    if len(data) > limit_mb * 1048576:
+        raise ApiError(413, f"{upload.filename} is over the {limit_mb:g} MB limit per file (max_file_mb)", "files")
+    return data
+
+
+@router.get("")
+def list_documents(collection: Readable, svc: ServiceDep) -> dict[str, Any]:
+    return {"documents": [_json(svc, collection, d) for d in collection.documents()]}
+
+
+@router.post("", status_code=202)
+def upload(files: Annotated[list[UploadFile], File(description="One or more files (repeat the field).")],
+           collection: Writable, svc: ServiceDep) -> dict[str, Any]:
+    if len(files) > svc.config.max_files:
+        raise ApiError(413, f"{len(files)} files in one request; at most {svc.config.max_files}", "files")
+    named = [(_file_name(f), f) for f in files]  # every name checked before anything is stored
+    out = []
+    for name, upload in named:
+        data = _read(upload, collection.settings.max_file_mb)
+        sha = save_original(collection, data)  # before the document exists, so its job always finds the bytes
+        accepted = collection.accept(Source(UPLOAD_SCHEME + name, data, name))
+        doc = accepted.document
+        if doc.sha256 != sha:
+            forget_original(collection, sha)
+            raise ApiError(409, f"a different {name!r} is already document {doc.id}: replace it with "
+                                f"PUT {document_url(collection.name, doc.id)}", "files")
+        if not accepted.existed:
+            svc.jobs.submit(Job(collection.name, doc.id, doc.name, sha))
+        out.append({"id": doc.id, "name": doc.name, "status": doc.status, "existed": accepted.existed,
+                    "sha256": sha})
+    return {"documents": out}
+
+
+@router.get("/events")
+async def events(request: Request, collection: Readable, svc: ServiceDep,
+                 ids: Annotated[str, Query(pattern=r"^[0-9]{0,12}(,[0-9]{1,12}){0,199}$",
+                                           description="Comma-separated document ids; empty = all.")] = ""
+                 ) -> EventSourceResponse:
+    """`status` events (a document's JSON) whenever one changes; `done` once every named document is settled."""
+    wanted = {int(i) for i in ids.split(",") if i}
+
+    async def stream() -> AsyncIterator[dict[str, str]]:
+        last: dict[int, str] = {}
+        while not await request.is_disconnected():
+            docs = await run_in_threadpool(lambda: [_json(svc, collection, d) for d in collection.documents()
+                                                    if not wanted or d.id in wanted])
+            for doc in docs:
+                encoded = json.dumps(doc)
+                if last.get(doc["id"]) != encoded:
+                    last[doc["id"]] = encoded
+                    yield {"event": "status", "data": encoded}
+            present = {d["id"] for d in docs}
+            if wanted and all(d["status"] != "pending" and d["job"] is None for d in docs):
+                yield {"event": "done", "data": json.dumps({"missing": sorted(wanted - present)})}
+                return
+            await asyncio.sleep(0.3)
+
+    return EventSourceResponse(stream(), ping=15)
+
+
+@router.get("/{document_id}")
+def get_document(document_id: DocumentId, collection: Readable,
+                 svc: ServiceDep) -> dict[str, Any]:
+    return _json(svc, collection, _document(collection, document_id))
+
+
+@router.put("/{document_id}", status_code=202)
+def replace(document_id: DocumentId, file: Annotated[UploadFile, File(description="The new version.")],
+            collection: Writable, svc: ServiceDep) -> dict[str, Any]:
+    """A new version is built and committed before the old one stops being served; if it fails, the old one
+    stays and the document says why."""
+    doc = _document(collection, document_id)
+    name = _file_name(file)
+    if PurePosixPath(name).suffix.lower() != PurePosixPath(doc.name).suffix.lower():
+        raise ApiError(422, f"the new version must have the same format as {doc.name!r}", "file")
+    data = _read(file, collection.settings.max_file_mb)
+    sha = save_original(collection, data)
+    if sha != doc.sha256 or doc.status != "indexed":
+        svc.jobs.submit(Job(collection.name, doc.id, doc.name, sha))
+    return {**_json(svc, collection, doc), "submitted_sha256": sha}
+
+
+@router.delete("/{document_id}", status_code=204)
+def delete(document_id: DocumentId, collection: Writable, svc: ServiceDep) -> Response:
+    doc = _document(collection, document_id)
+    svc.jobs.cancel(collection.name, doc.id)
+    with collection.write_lock:
+        collection.delete(doc.id)
+    forget_original(collection, doc.sha256)
+    return Response(status_code=204)
+
+
+@router.post("/{document_id}/retry", status_code=202)
+def retry(document_id: DocumentId, collection: Writable,
+          svc: ServiceDep) -> dict[str, Any]:
+    doc = _document(collection, document_id)
+    if doc.status == "indexed" and not doc.error:
+        raise ApiError(409, f"document {doc.id} is indexed; nothing to retry")
+    last = svc.jobs.submitted.get((collection.name, doc.id))
+    sha = last.sha256 if last else doc.sha256
+    svc.jobs.submit(Job(collection.name, doc.id, doc.name, sha))
+    return _json(svc, collection, doc)
+
+
+@router.get("/{document_id}/file", response_model=None)
+def original(document_id: DocumentId, collection: Readable) -> Response:
+    """The original bytes of the served version: a PDF opens at #page=N, an HTML page at its #:~:text= quote."""
+    doc = _document(collection, document_id)
+    data = read_original(collection, doc)
+    if data is None:
+        raise ApiError(410, f"the original of {doc.name!r} is no longer where it was indexed from")
+    suffix = PurePosixPath(doc.name).suffix.lower()
+    media = mimetypes.guess_type(doc.name)[0] or "application/octet-stream"
+    headers = {"Content-Security-Policy": SANDBOX}
+    if suffix in HTML_SUFFIXES:
+        media = "text/html"
+    elif suffix == ".pdf":
+        headers = {"Content-Security-Policy": "frame-ancestors 'none'"}  # a sandbox would block the PDF viewer
+    elif media.startswith("text/") or suffix in (".md", ".vtt", ".srt", ".csv"):
+        media = "text/plain"
+    else:
+        headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{_rfc5987(doc.name)}"
+    if media.startswith("text/"):
+        media += "; charset=utf-8" if _utf8(data) else ""
+    return Response(data, media_type=media, headers=headers)
+
+
+@router.get("/{document_id}/text", response_class=PlainTextResponse)
+def text(document_id: DocumentId, collection: Readable) -> PlainTextResponse:
+    """The canonical text every citation's #char=a,b range indexes into (code points)."""
+    doc = _document(collection, document_id)
+    if doc.status != "indexed":
+        raise ApiError(409, f"document {doc.id} is {doc.status}: it has no text yet")
+    return PlainTextResponse(collection.canonical_text(doc.id))
+
+
+@router.get("/{document_id}/view", response_class=FileResponse)
+def view(document_id: DocumentId, collection: Readable) -> FileResponse:
+    """An HTML page showing the canonical text, the #char=a,b range highlighted and scrolled to."""
+    _document(collection, document_id)
+    return FileResponse(str(STATIC / "view.html"), media_type="text/html")
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _rfc5987(name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(name, safe="")
