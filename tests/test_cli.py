@@ -14,8 +14,8 @@ import pytest
 from citerag.cli import main
 from corpus_paths import DATA, DEV_SET, reference_chunks
 
-CITATION_KEYS = {"index", "document_id", "document_name", "source_path", "locator_label", "fragment", "start", "end",
-                 "quote", "cosine_distance"}
+CITATION_KEYS = {"index", "document_id", "document_name", "source_path", "locator_label", "section", "fragment",
+                 "start", "end", "quote", "cosine_distance"}
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:

@@ -198,6 +198,9 @@ class Answer:
             data["check"] = self.check.as_json()
         if self.generator is not None:
             data["generator"] = self.generator
+        if self.threshold is not None:  # the refusal rule's inputs
+            data["best_distance"] = None if self.best_distance is None else round(self.best_distance, 6)
+            data["threshold"] = self.threshold
         if self.timings:
             data["timings_ms"] = {k: round(v * 1000, 2) for k, v in self.timings.items()}
         return data
