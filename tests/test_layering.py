@@ -23,7 +23,8 @@ def imports(path: Path) -> set[str]:
     return names
 
 
-ENTRY_POINTS = [SRC / "cli.py", *sorted((SRC / "eval").glob("*.py"))]
+ENTRY_POINTS = [SRC / "cli.py", SRC / "cli_service.py", *sorted((SRC / "eval").glob("*.py")),
+                *sorted((SRC / "service").rglob("*.py"))]
 
 
 @pytest.mark.parametrize("path", ENTRY_POINTS, ids=lambda p: str(p.relative_to(SRC)))
@@ -33,8 +34,9 @@ def test_entry_points_use_only_the_application_core(path: Path) -> None:
     assert bad == [], f"{path.name} composes the pipeline itself: {bad}"
 
 
-def test_the_cli_and_eval_go_through_citerag_app() -> None:
+def test_the_cli_eval_and_service_go_through_citerag_app() -> None:
     assert "citerag.app" in imports(SRC / "cli.py")
+    assert "citerag.app" in imports(SRC / "service" / "app.py")
     assert any("citerag.app" in imports(p) for p in (SRC / "eval").glob("*.py"))
 
 

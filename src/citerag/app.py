@@ -395,6 +395,10 @@ class Collection:
     def document(self, document_id: int) -> Document | None:
         return self.store.document(document_id)
 
+    def is_stale(self, doc: Document) -> bool:
+        """Indexed under stamps that differ from this collection's settings (`reindex --stale` rebuilds it)."""
+        return self.indexer.stale(doc)
+
     def canonical_text(self, document_id: int) -> str:
         return self.store.canonical_text(document_id)
 

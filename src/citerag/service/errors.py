@@ -12,8 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from citerag.answer.generators.base import GeneratorError
-from citerag.app import EmptyCollection
+from citerag.app import EmptyCollection, GeneratorError
 from citerag.errors import CiteragError, StoreUnavailable
 
 log = logging.getLogger("citerag.service")

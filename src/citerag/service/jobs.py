@@ -12,9 +12,8 @@ import queue
 import threading
 from dataclasses import dataclass
 
-from citerag.app import Citerag
+from citerag.app import Citerag, Source
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.ingest import Source
 from citerag.service.blobs import forget_original, read_original
 
 log = logging.getLogger("citerag.service")

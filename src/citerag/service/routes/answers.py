@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
-from citerag.answer.generators.base import GeneratorError
 from citerag.app import AskOptions, SearchOptions, check_text
 from citerag.errors import CiteragError
 from citerag.service.auth import Readable
@@ -18,6 +18,7 @@ from citerag.service.present import answer_json, citation_json, hit_json, refusa
 from citerag.service.schemas import AskRequest, SearchRequest
 from citerag.types import Answer
 
+log = logging.getLogger("citerag.service")
 router = APIRouter(prefix="/v1/collections/{name}", tags=["answers"])
 
 
@@ -67,8 +68,11 @@ def _stream(name: str, first: tuple[str, Any], events: Iterator[tuple[str, Any]]
                 if answer.refused:
                     yield event("refusal", {**refusal_json(answer), "message": answer.answer})
                 yield event("final", answer_json(name, answer))
-    except (GeneratorError, CiteragError) as exc:
+    except CiteragError as exc:  # the generator failed, or the store: said in the stream, which has begun
         yield event("error", {"error": str(exc)})
+    except Exception:
+        log.exception("answer stream failed")
+        yield event("error", {"error": "internal error"})
     yield event("done", {})
 
 

@@ -15,8 +15,7 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from citerag.app import Collection
-from citerag.ingest import Source, is_stale
+from citerag.app import Collection, Source
 from citerag.service.auth import Readable, ServiceDep, Writable
 from citerag.service.blobs import UPLOAD_SCHEME, forget_original, read_original, save_original
 from citerag.service.errors import ApiError
@@ -33,8 +32,7 @@ SANDBOX = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'
 
 
 def _json(svc: Service, collection: Collection, doc: Document) -> dict[str, Any]:
-    stale = is_stale(doc, collection.indexer.stamps_for(doc.name))
-    return document_json(collection.name, doc, stale, svc.jobs.state(collection.name, doc.id))
+    return document_json(collection.name, doc, collection.is_stale(doc), svc.jobs.state(collection.name, doc.id))
 
 
 def _document(collection: Collection, document_id: int) -> Document:
