@@ -22,13 +22,17 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
     import uvicorn
 
     from citerag.service.app import create_app
+    from citerag.service.keys import KeyStore
     from citerag.service.state import ServiceConfig
 
     config = ServiceConfig(host=host, port=port, keys_required=not no_keys, max_upload_mb=max_upload_mb)
     config.check()  # before anything loads: binding beyond loopback without keys is refused
-    app = create_app(load_settings(index), config)
-    click.echo(f"citerag serving {load_settings(index).index_dir} on http://{host}:{port}/"
+    settings = load_settings(index)
+    app = create_app(settings, config)
+    click.echo(f"citerag serving {settings.index_dir} on http://{host}:{port}/"
                + ("  (no keys: loopback only)" if no_keys else ""), err=True)
+    if not no_keys and not KeyStore(settings.index_dir.expanduser().resolve()).list():
+        click.echo("no API keys yet: create one with `citerag keys create --scope admin`", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
 
 
