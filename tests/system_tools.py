@@ -1,10 +1,12 @@
 """Tests that need a system binary: skipped with the reason on a machine without it (a user's fresh clone), failed
-instead where CI promised it (CITERAG_REQUIRE_OCR=1), so a skip never hides an untested path."""
+instead where CI promised it (CITERAG_REQUIRE_OCR=1, CITERAG_REQUIRE_BROWSER=1), so a skip never hides an untested
+path."""
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -12,17 +14,38 @@ import pytest
 
 from citerag.extract.ocr import TESSERACT_MISSING, tesseract_available
 
+CHROMIUM_MISSING = "chromium not installed: apt-get install chromium"
+
+
+def chromium_path() -> str | None:
+    """Debian's Chromium, which the browser tests drive with Playwright (never a downloaded browser)."""
+    return shutil.which("chromium")
+
+
+def _needs(available: bool, missing: str, required_by: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        if available:
+            return test
+        if os.environ.get(required_by, "") in ("", "0"):
+            return pytest.mark.skip(reason=missing)(test)
+
+        @functools.wraps(test)
+        def fail(*args: Any, **kwargs: Any) -> None:
+            pytest.fail(f"{missing} (and {required_by} is set)", pytrace=False)
+
+        del fail.__wrapped__  # so pytest sets up none of the test's fixtures (they may need the binary too)
+        return fail
+
+    return decorate
+
 
 def needs_tesseract(test: Callable[..., None]) -> Callable[..., None]:
     """A test that OCRs: skipped, with the reason, where the tesseract binary is missing; under
     CITERAG_REQUIRE_OCR=1 (CI, which installs tesseract-ocr) it fails instead, so a skip never hides untested OCR."""
-    if tesseract_available():
-        return test
-    if os.environ.get("CITERAG_REQUIRE_OCR", "") in ("", "0"):
-        return pytest.mark.skip(reason=TESSERACT_MISSING)(test)
+    return _needs(tesseract_available(), TESSERACT_MISSING, "CITERAG_REQUIRE_OCR")(test)
 
-    @functools.wraps(test)
-    def fail(*args: Any, **kwargs: Any) -> None:
-        pytest.fail(f"{TESSERACT_MISSING} (and CITERAG_REQUIRE_OCR is set)", pytrace=False)
 
-    return fail
+def needs_chromium(test: Callable[..., None]) -> Callable[..., None]:
+    """A test in a real headless browser: skipped, with the reason, where no `chromium` is on PATH; under
+    CITERAG_REQUIRE_BROWSER=1 (CI, which installs Debian's chromium) it fails instead."""
+    return _needs(chromium_path() is not None, CHROMIUM_MISSING, "CITERAG_REQUIRE_BROWSER")(test)

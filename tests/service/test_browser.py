@@ -1,0 +1,307 @@
+"""The web page in a real headless Chromium (Debian's, driven by Playwright; no browser download): sign in with a
+key, ask a dev-set question, click [1] and land on the original HTML page with the quote highlighted by its text
+fragment; the canonical-text view marks exactly the quote; a refusal shows no sources; server text is never markup.
+
+A screenshot of the answered page is kept in the test's tmp folder; to refresh the README's picture:
+
+    CITERAG_SCREENSHOT_DIR=docs/img .venv/bin/python -m pytest tests/service/test_browser.py
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from live import wait_settled
+from PIL import Image
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, ViewportSize, expect, sync_playwright
+
+from conftest import Deployment
+from corpus_paths import DEV_SET
+from system_tools import chromium_path, needs_chromium
+
+VIEWPORT: ViewportSize = {"width": 1200, "height": 900}
+SCREENSHOT = "service-answer.png"  # the README's picture, under $CITERAG_SCREENSHOT_DIR
+# Chromium paints a text fragment's match with ::target-text; recoloured (through DevTools, past the page's CSP) to
+# a colour nothing else on the page has, its pixels show the highlight really is drawn, and where.
+HIGHLIGHT = (255, 0, 255)
+XSS_COLLECTION = "browser-escaping"
+XSS_TITLE = '<script>window.__xss=1</script> <img src=x onerror="window.__xss=2">'
+XSS_BODY = 'The zorblax flux capacitor is recalibrated with <script>window.__xss=3</script> and ' \
+           '<img src=x onerror="window.__xss=4"> every full moon, says the zorblax maintenance guide.'
+XSS_NAME = "<img src=x onerror=window.__xss=5>.md"
+
+
+def _dev_item(file: str, item_id: str) -> dict[str, Any]:
+    for line in (DEV_SET / file).read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        if item["id"] == item_id:
+            return dict(item)
+    raise LookupError(f"{item_id} not in {file}")
+
+
+# Answered from ch03 (the red dot of `systemctl status`), and one out-of-domain question the service refuses.
+QUESTION = _dev_item("questions.jsonl", "dr-12-doc")
+OUT_OF_DOMAIN = _dev_item("ood.jsonl", "dr-ood-01")
+
+# Where the original page's first match is, once Chromium has scrolled to it: the :target element it set, and the
+# text node holding the quote's first words (whitespace collapsed, as a text directive matches).
+FIND_QUOTE = """(first) => {
+  const norm = (s) => s.replace(/\\s+/g, " ");
+  const target = document.querySelector(":target");
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const found = [];
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (norm(n.data).includes(first)) found.push(n);
+  }
+  const node = found.find((n) => target && target.contains(n)) || null;
+  let rect = null;
+  if (node) {
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    const r = range.getBoundingClientRect();
+    rect = {top: r.top, bottom: r.bottom};
+  }
+  return {scrollY: window.scrollY, innerHeight: window.innerHeight, target: target ? target.tagName : null,
+          matches: found.length, inTarget: node !== null, rect};
+}"""
+IN_VIEWPORT = "(e) => { const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < window.innerHeight; }"
+# A securitypolicyviolation anywhere in a page of ours is reported to the test (a binding, so CSP cannot block it).
+CSP_LISTENER = """document.addEventListener("securitypolicyviolation", (e) => {
+  window.__citeragCsp(`${e.effectiveDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber}`);
+}, true);"""
+
+
+@dataclass
+class Watched:
+    """A browser context on the server, with every console error, page error and CSP violation it met."""
+
+    context: BrowserContext
+    page: Page
+    base: str
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (page URL, what happened)
+
+    def ours(self) -> list[tuple[str, str]]:
+        """The problems on citerag's own pages. An original file is served sandboxed (no scripts, no subresources
+        but data: images), so its own stylesheet and images being blocked there is the point, not a fault."""
+        return [(url, what) for url, what in self.problems if not urlsplit(url).path.endswith("/file")]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        # Playwright starts Chromium without its sandbox by default (needed as root in a container).
+        launched = p.chromium.launch(executable_path=chromium_path())
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture()
+def watched(browser: Browser, deployment: Deployment) -> Iterator[Watched]:
+    context = browser.new_context(viewport=VIEWPORT, base_url=deployment.server.url)
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    watch = Watched(context, page, deployment.server.url)
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            url = message.location.get("url") or (message.page.url if message.page else "")
+            watch.problems.append((url, f"console error: {message.text}"))
+
+    context.expose_binding("__citeragCsp", lambda source, what: watch.problems.append(
+        (source["frame"].url, f"CSP violation: {what}")))
+    context.add_init_script(CSP_LISTENER)
+    context.on("console", console)
+    context.on("weberror", lambda error: watch.problems.append((error.page.url if error.page else "",
+                                                                 f"page error: {error.error}")))
+    try:
+        yield watch
+    finally:
+        context.close()
+
+
+def _sign_in(page: Page, key: str, collection: str) -> None:
+    """Through the page's key form (the key becomes an HttpOnly session cookie), then pick the collection."""
+    page.goto("/")
+    expect(page.locator("#key-form")).to_be_visible()
+    page.fill("#key", key)
+    page.click("#key-submit")
+    expect(page.locator("#app")).to_be_visible()
+    expect(page.locator("#key-form")).to_be_hidden()
+    [cookie] = [c for c in page.context.cookies() if c["name"] == "citerag_key"]
+    assert cookie["value"] == key and cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
+    assert "citerag_key" not in page.evaluate("() => document.cookie")  # out of the page's scripts' reach
+    page.wait_for_selector(f"#collection option[value='{collection}']", state="attached")
+    page.select_option("#collection", collection)
+    expect(page.locator("#documents tbody tr").first).to_be_visible()
+
+
+def _ask(page: Page, question: str) -> dict[str, Any]:
+    """Ask through the page; the answer JSON the page rendered."""
+    page.fill("#question", question)
+    with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/ask")) as response:
+        page.click("#ask")
+    assert response.value.status == 200, response.value.text()
+    answer: dict[str, Any] = response.value.json()
+    expect(page.locator("#answer")).not_to_be_empty()
+    expect(page.locator("#ask")).to_be_enabled()
+    return answer
+
+
+def _keep(page: Page, path: Path, *, readme: bool = False) -> None:
+    page.screenshot(path=path, full_page=True)
+    if readme and (folder := os.environ.get("CITERAG_SCREENSHOT_DIR")):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(folder) / SCREENSHOT)
+
+
+def _highlight_rows(page: Page) -> list[int]:
+    """The viewport rows where Chromium paints the text fragment's match (::target-text, recoloured)."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        frame = cdp.send("Page.getFrameTree")["frameTree"]["frame"]["id"]
+        sheet = cdp.send("CSS.createStyleSheet", {"frameId": frame})["styleSheetId"]
+        rule = f"::target-text {{ background-color: rgb{HIGHLIGHT} !important; }}"
+        cdp.send("CSS.addRule", {"styleSheetId": sheet, "ruleText": rule,
+                                 "location": {"startLine": 0, "startColumn": 0, "endLine": 0, "endColumn": 0}})
+    finally:
+        cdp.detach()
+    image = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
+    width, height = image.size
+    pixels = image.load()
+    assert pixels is not None
+    return [y for y in range(height) if sum(pixels[x, y] == HIGHLIGHT for x in range(0, width, 2)) >= 10]
+
+
+def _wait(condition: Any, what: str, timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+    return value
+
+
+@needs_chromium
+def test_answer_marker_opens_the_original_at_the_highlighted_quote(watched: Watched, deployment: Deployment,
+                                                                 tmp_path: Path) -> None:
+    page = watched.page
+    _sign_in(page, deployment.reader_a, "default")
+    answer = _ask(page, QUESTION["query"])
+
+    assert not answer["refused"], answer["answer"]
+    first = answer["citations"][0]
+    assert first["index"] == 1 and first["document_name"] == QUESTION["source"] == "ch03.en.html"
+    assert QUESTION["needle"] in first["quote"]
+    expect(page.locator("#answer .answer-text")).to_contain_text(QUESTION["needle"])
+    marker = page.locator("a.marker[data-testid=marker-1]").first
+    expect(marker).to_have_text("[1]")
+    assert marker.get_attribute("href") == first["href"]
+    assert "/file#:~:text=" in first["href"]  # an HTML source: the original page at a text fragment
+    expect(page.locator("#sources")).to_be_visible()
+    expect(page.locator("#sources tbody tr")).to_have_count(len(answer["citations"]))
+    expect(page.locator("tr#source-1 a[data-testid=source-link-1]")).to_have_attribute("href", first["href"])
+    expect(page.locator("tr#source-1")).to_contain_text(QUESTION["source"])
+    _keep(page, tmp_path / SCREENSHOT, readme=True)
+    assert watched.ours() == [], watched.ours()
+
+    # [1] opens the original HTML (sandboxed), Chromium scrolls to the text fragment and highlights the quote.
+    marker.click()
+    page.wait_for_url(lambda url: url == watched.base + first["href"])
+    words = " ".join(first["quote"].split()[:4])
+    found = _wait(lambda: (f := page.evaluate(FIND_QUOTE, words))["scrollY"] > 0 and f["inTarget"] and f,
+                  "Chromium to scroll to the text fragment and set :target on the match")
+    assert found["target"] is not None and found["rect"] is not None, found
+    assert 0 <= found["rect"]["top"] < found["rect"]["bottom"] <= found["innerHeight"], found
+    page.screenshot(path=tmp_path / "original-at-quote.png")
+    rows = _highlight_rows(page)
+    assert len(rows) >= 10, "Chromium painted no text-fragment highlight (::target-text)"
+    assert found["rect"]["top"] - 4 <= rows[0] <= found["rect"]["bottom"], (rows[0], found)
+
+    # The canonical-text view marks exactly the cited range and scrolls it into view.
+    page.goto(first["text_href"])
+    quote = page.locator("pre#text mark#quote")
+    expect(quote).to_be_visible()
+    assert quote.evaluate("(m) => m.textContent") == first["quote"]
+    _wait(lambda: quote.evaluate(IN_VIEWPORT), "the view to scroll the quote into the viewport")
+    assert page.evaluate("() => window.scrollY") > 0
+    expect(page.locator("#doc-title")).not_to_have_text("Loading…")
+    page.screenshot(path=tmp_path / "view-at-quote.png")
+    assert watched.ours() == [], watched.ours()
+
+
+@needs_chromium
+def test_out_of_domain_question_shows_the_refusal_and_no_sources(watched: Watched, deployment: Deployment) -> None:
+    with deployment.server.client(deployment.reader_a) as api:
+        expected = api.post("/v1/collections/default/ask", json={"question": OUT_OF_DOMAIN["query"]}).json()
+    assert expected["refused"], f"{OUT_OF_DOMAIN['id']} is answered; pick a question the service refuses"
+    page = watched.page
+    _sign_in(page, deployment.reader_a, "default")
+    answer = _ask(page, OUT_OF_DOMAIN["query"])
+    assert answer["refused"] and answer["citations"] == []
+    refusal = page.locator("#answer .refusal")
+    expect(refusal).to_be_visible()
+    expect(refusal).to_contain_text("No answer")
+    expect(refusal).to_contain_text(answer["answer"])
+    expect(page.locator("#sources")).to_be_hidden()
+    expect(page.locator("#sources tbody tr")).to_have_count(0)
+    expect(page.locator("a.marker")).to_have_count(0)
+    assert watched.ours() == [], watched.ours()
+
+
+@pytest.fixture()
+def hostile_collection(deployment: Deployment) -> Iterator[dict[str, Any]]:
+    """A collection of its own (so the other tests never see it) with one Markdown file whose name, title and
+    text are markup; dropped afterwards."""
+    document = f"# {XSS_TITLE}\n\n{XSS_BODY}\n"
+    with deployment.server.client(deployment.admin) as api:
+        assert api.post("/v1/collections", json={"name": XSS_COLLECTION}).status_code == 201
+        try:
+            response = api.post(f"/v1/collections/{XSS_COLLECTION}/documents",
+                                files=[("files", (XSS_NAME, document.encode()))])
+            assert response.status_code == 202, response.text
+            [doc] = wait_settled(api, XSS_COLLECTION, [d["id"] for d in response.json()["documents"]])
+            assert doc["status"] == "indexed" and doc["name"] == XSS_NAME and doc["title"] == XSS_TITLE, doc
+            yield doc
+        finally:
+            assert api.delete(f"/v1/collections/{XSS_COLLECTION}").status_code == 204
+
+
+@needs_chromium
+def test_server_text_is_shown_as_text_never_run(watched: Watched, deployment: Deployment,
+                                                 hostile_collection: dict[str, Any]) -> None:
+    page = watched.page
+    never_ran = "() => window.__xss === undefined && document.querySelectorAll('img[src=x], body script').length === 0"
+    _sign_in(page, deployment.admin, XSS_COLLECTION)
+
+    row = page.locator(f"#documents tr#doc-{hostile_collection['id']}")
+    expect(row).to_contain_text(XSS_NAME)
+    expect(row).to_contain_text(XSS_TITLE)
+    answer = _ask(page, "How is the zorblax flux capacitor recalibrated?")
+    assert not answer["refused"] and answer["citations"][0]["document_id"] == hostile_collection["id"]
+    expect(page.locator("#answer .answer-text")).to_contain_text("<img src=x onerror=")
+    expect(page.locator("tr#source-1")).to_contain_text(XSS_NAME)
+    expect(page.locator("tr#source-1 td.quote")).to_contain_text(XSS_BODY)
+    assert page.evaluate(never_ran)
+
+    page.goto(answer["citations"][0]["text_href"])
+    expect(page.locator("#doc-title")).to_have_text(XSS_TITLE)
+    quote = page.locator("mark#quote")
+    expect(quote).to_contain_text(XSS_BODY)
+    assert quote.evaluate("(m) => m.textContent") == answer["citations"][0]["quote"]
+    assert page.evaluate(never_ran)
+    # Markup that reached the DOM would have had its inline handlers blocked by the CSP: none may have been tried.
+    assert watched.ours() == [], watched.ours()
