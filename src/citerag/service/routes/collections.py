@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
+from pydantic import ValidationError
 
 from citerag.app import Collection
 from citerag.catalog import CLIENT_SETTINGS
@@ -38,6 +39,11 @@ def create_collection(request: CreateCollection, svc: ServiceDep,
         created = svc.app.create_collection(request.name, request.settings.model_dump(exclude_none=True))
     except CiteragError as exc:
         raise ApiError(422, str(exc), "settings") from None
+    except ValidationError as exc:  # the settings as a whole, defaults included (overlap < target): a 422, not a 500
+        problems = [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+        field = f"settings.{problems[0][0]}" if problems and problems[0][0] else "settings"
+        raise ApiError(422, "; ".join(f"settings.{loc}: {msg}" if loc else msg for loc, msg in problems)
+                       or "invalid settings", field) from None
     return collection_json(created)
 
 

@@ -124,8 +124,10 @@
 
   // ---- ask ---------------------------------------------------------------
   function locatorText(c) {
-    if (c.locator_label) return c.locator_label;
     const l = c.locator || {};
+    // For text the label is the section, which has its own column: show the character range instead.
+    if (l.type === "char") return `characters ${l.start}–${l.end}`;
+    if (c.locator_label) return c.locator_label;
     if (l.type === "page") return `page ${l.page}`;
     if (l.type === "time") return `${l.start}–${l.end} s`;
     if (l.type === "cell") return `${l.sheet}!${l.range}`;
