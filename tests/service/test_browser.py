@@ -305,3 +305,47 @@ def test_server_text_is_shown_as_text_never_run(watched: Watched, deployment: De
     assert page.evaluate(never_ran)
     # Markup that reached the DOM would have had its inline handlers blocked by the CSP: none may have been tried.
     assert watched.ours() == [], watched.ours()
+
+
+UPLOAD_COLLECTION = "browser-upload"
+
+
+@needs_chromium
+def test_upload_through_the_page_shows_progress_live_status_and_retry(watched: Watched, deployment: Deployment,
+                                                                     tmp_path: Path) -> None:
+    good = tmp_path / "rig-notes.md"
+    good.write_text("# Rig notes\n\nThe test rig's pump runs at 1200 rpm after the warm-up.\n", encoding="utf-8")
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4 this is not a PDF")
+    with deployment.server.client(deployment.admin) as api:
+        assert api.post("/v1/collections", json={"name": UPLOAD_COLLECTION}).status_code == 201
+    try:
+        page = watched.page
+        _sign_in(page, deployment.admin, UPLOAD_COLLECTION)
+        page.set_input_files("#files", [str(good), str(broken)])
+        with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/documents")) as sent:
+            page.click("#upload")
+        assert sent.value.status == 202
+        ids = {d["name"]: d["id"] for d in sent.value.json()["documents"]}
+        # The list updates itself from the server-sent events: no reload, no click.
+        items = page.locator("#upload-list li")
+        expect(items).to_have_count(2)
+        expect(items.filter(has_text="rig-notes.md")).to_contain_text("indexed", timeout=60_000)
+        expect(items.filter(has_text="broken.pdf")).to_contain_text("failed", timeout=60_000)
+        assert page.evaluate("() => document.getElementById('upload-progress').value") == 100
+        failed_row = page.locator(f"#documents tr#doc-{ids['broken.pdf']}")
+        expect(failed_row).to_contain_text("failed")
+        with deployment.server.client(deployment.admin) as api:
+            reason = api.get(f"/v1/collections/{UPLOAD_COLLECTION}/documents/{ids['broken.pdf']}").json()["error"]
+        expect(failed_row).to_contain_text(reason[:40])
+        with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/retry")) as retried:
+            failed_row.get_by_role("button", name="Retry broken.pdf").click()
+        assert retried.value.status == 202
+        expect(page.locator(f"#documents tr#doc-{ids['broken.pdf']}")).to_contain_text("failed", timeout=60_000)
+        expect(page.locator(f"#documents tr#doc-{ids['rig-notes.md']}")).to_contain_text("indexed")
+        assert _ask(page, "How fast does the test rig's pump run after warm-up?")["citations"][0]["document_id"] \
+            == ids["rig-notes.md"]
+        assert watched.ours() == [], watched.ours()
+    finally:
+        with deployment.server.client(deployment.admin) as api:
+            assert api.delete(f"/v1/collections/{UPLOAD_COLLECTION}").status_code == 204
