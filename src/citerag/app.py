@@ -331,6 +331,7 @@ class Collection:
         self.indexer = Indexer(store, settings, lambda: app.encoder(settings.embedding_model))
         self._search_lock = threading.Lock()
         self.write_lock = threading.Lock()  # a server's writers to this collection take turns (indexing, deleting)
+        self._accept_lock = threading.Lock()
         self._indexes: SearchIndexes | None = None  # loaded on first use
         self._index_dir = index_dir(settings.sqlite_dir, settings.embedding_model, settings.vector_index)
 
@@ -380,10 +381,11 @@ class Collection:
         `pending` one (index it with index_document). A different file under the same key is the caller's
         business (replace it explicitly)."""
         sha = hashlib.sha256(source.data).hexdigest()
-        doc = self.store.document_by_path(source.uri)
-        if doc is not None:
-            return Accepted(doc, doc.sha256 == sha)
-        doc_id = self.store.add_pending(source.uri, source.display_name, sha)
+        with self._accept_lock:  # two uploads of one new name at once: the second finds the first's document
+            doc = self.store.document_by_path(source.uri)
+            if doc is not None:
+                return Accepted(doc, doc.sha256 == sha)
+            doc_id = self.store.add_pending(source.uri, source.display_name, sha)
         new = self.store.document(doc_id)
         assert new is not None
         return Accepted(new, False)

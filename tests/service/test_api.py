@@ -280,3 +280,22 @@ def test_no_keys_only_on_loopback(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "citerag.cli", "serve", "--index", str(tmp_path), "--host", "0.0.0.0",
                           "--no-keys"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and run.stderr.count("\n") == 1 and "loopback" in run.stderr
+
+
+def test_the_same_new_file_uploaded_at_once_by_many_clients_is_one_document(deployment: Deployment) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = b"# Burst\n\nEight clients upload this note at the same moment.\n"
+
+    def upload(_: int) -> httpx.Response:
+        with deployment.server.client(deployment.team_a) as c:
+            return c.post("/v1/collections/default/documents", files=[("files", ("burst.md", data))])
+
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(upload, range(8)))
+    assert [r.status_code for r in responses] == [202] * 8
+    docs = [r.json()["documents"][0] for r in responses]
+    assert len({d["id"] for d in docs}) == 1 and sum(not d["existed"] for d in docs) == 1
+    with deployment.server.client(deployment.team_a) as c:
+        wait_settled(c, "default", [docs[0]["id"]])
+        assert c.delete(f"/v1/collections/default/documents/{docs[0]['id']}").status_code == 204
