@@ -256,8 +256,14 @@ def test_collections_are_created_with_their_own_threshold_and_deleted(deployment
         question = next(q for q in QUESTIONS if q["id"] == "dr-12-ticket")["query"]
         strict = c.post("/v1/collections/strict/ask", json={"question": question}).json()
         assert strict["refused"] and strict["refusal"]["threshold"] == 0.2  # the collection's own refusal rule
+        strict_key = deployment.server.service.keys.create("strict", "read")
         assert c.delete("/v1/collections/strict").status_code == 204
         assert c.get("/v1/collections/strict").status_code == 404
+        # A collection created again under the name starts with no keys: the old team's key does not come back.
+        assert c.post("/v1/collections", json={"name": "strict"}).status_code == 201
+        with deployment.server.client(strict_key) as old:
+            assert old.get("/v1/collections/strict").status_code == 401
+        assert c.delete("/v1/collections/strict").status_code == 204
         assert c.delete("/v1/collections/default").status_code == 409  # the home collection is the index folder
 
 

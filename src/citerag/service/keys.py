@@ -92,6 +92,13 @@ class KeyStore:
         with self._connect() as db:
             return db.execute("DELETE FROM keys WHERE prefix = ?", (prefix,)).rowcount > 0
 
+    def revoke_collection(self, collection: str) -> int:
+        """Revoke every key of a deleted collection: a collection created later under its name starts with none."""
+        if not self.path.exists():
+            return 0
+        with self._connect() as db:
+            return db.execute("DELETE FROM keys WHERE collection = ?", (collection,)).rowcount
+
     def verify(self, token: str) -> Principal | None:
         """The key's principal, or None for anything that is not a live key."""
         prefix = token[len(PREFIX):].partition("_")[0] if token.startswith(PREFIX) else ""

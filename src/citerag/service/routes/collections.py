@@ -59,4 +59,5 @@ def delete_collection(collection: Administrable, svc: ServiceDep) -> Response:
             svc.app.drop_collection(collection.name)
     except CiteragError as exc:
         raise ApiError(409, str(exc)) from None
+    svc.keys.revoke_collection(collection.name)
     return Response(status_code=204)
