@@ -24,3 +24,41 @@ def small_corpus(tmp_path: Path) -> Path:
         shutil.copy(DEV_CORPUS / name, folder / name)
     shutil.copy(DATA / "markdown" / "debian-reference" / "ch04.md", folder / "ch04.md")
     return folder
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A real redis-server on 127.0.0.1 (Debian's package), nothing saved to disk; stopped after the session.
+    Where redis-server is missing, its tests skip with the command to install it (fail under CI)."""
+    import socket
+    import subprocess
+    import time
+
+    import redis
+
+    from system_tools import require_redis
+
+    require_redis()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tmp_path_factory.mktemp("redis")
+    server = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                               "--appendonly", "no", "--dir", str(folder), "--protected-mode", "yes"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError("redis-server did not start") from None
+            time.sleep(0.05)
+    client.close()
+    yield url
+    server.terminate()
+    server.wait(10)

@@ -49,3 +49,16 @@ def needs_chromium(test: Callable[..., None]) -> Callable[..., None]:
     """A test in a real headless browser: skipped, with the reason, where no `chromium` is on PATH; under
     CITERAG_REQUIRE_BROWSER=1 (CI, which installs Debian's chromium) it fails instead."""
     return _needs(chromium_path() is not None, CHROMIUM_MISSING, "CITERAG_REQUIRE_BROWSER")(test)
+
+
+REDIS_MISSING = "redis-server not installed: apt-get install redis-server"
+
+
+def require_redis() -> None:
+    """Where Debian's redis-server is missing: skip, with the reason; under CITERAG_REQUIRE_REDIS=1 (CI, which
+    installs it) fail instead, so a skip never hides an untested Redis path. Called by the `redis_url` fixture."""
+    if shutil.which("redis-server") is not None:
+        return
+    if os.environ.get("CITERAG_REQUIRE_REDIS", "") not in ("", "0"):
+        pytest.fail(f"{REDIS_MISSING} (and CITERAG_REQUIRE_REDIS is set)", pytrace=False)
+    pytest.skip(REDIS_MISSING)

@@ -126,9 +126,12 @@ def test_gate_keeps_at_most_four_in_rank_order(built: Citerag) -> None:
 
 def test_citation_counters_live_in_the_application(built: Citerag) -> None:
     before = built.citation_metrics.snapshot()["citerag_answers_checked_total"]
-    built.ask(QUESTIONS["dr-27-doc"]["query"])
+    question = QUESTIONS["dr-27-ticket"]["query"]
+    assert not built.ask(question).refused
     built.ask("What is the best oven temperature for baking sourdough bread?")  # refused: nothing checked
     assert built.citation_metrics.snapshot()["citerag_answers_checked_total"] == before + 1
+    again = built.ask(question)  # from the answer cache: checked once, when it was generated
+    assert again.cache["answer"] and built.citation_metrics.snapshot()["citerag_answers_checked_total"] == before + 1
 
 
 @pytest.mark.parametrize("options, field", [

@@ -16,11 +16,13 @@ through them, so a bad value is a one-line SettingsError naming the field, never
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ import numpy as np
 
 from citerag.answer.check import CitationMetrics
 from citerag.answer.generators.base import Generator, GeneratorError
+from citerag.cache import Cache, open_cache
 from citerag.catalog import Catalog
 from citerag.errors import CiteragError, StoreUnavailable
 from citerag.index.sync import IndexLockTimeout, SearchIndexes, index_dir
@@ -49,14 +52,19 @@ from citerag.ingest import (
 )
 from citerag.search import MODES, Retriever
 from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
+from citerag.search.retriever import hits_from_rows
 from citerag.settings import Settings, load_settings, set_in_config_file
 from citerag.store import ChunkStats, Store, open_store_url
-from citerag.types import Answer, Chunk, Document, Extracted, Hit, SearchResult, StoredChunk
+from citerag.types import Answer, Chunk, Document, Extracted, Hit, SearchResult, StoredChunk, answer_from_dict
 
 # What a generator is built from: two collections that agree on these share one (a local LLM loads once).
+# What a retrieval's result depends on besides the store's generation; an answer also on the gate and the generator.
+_RETRIEVAL_SETTINGS = {"mode", "k", "rrf_k", "rerank_model", "rerank_shortlist", "embedding_model", "vector_index"}
+_ANSWER_SETTINGS = {"threshold", "max_sources"}  # | _GENERATOR_SETTINGS, added below
 _GENERATOR_SETTINGS = {"generator", "embedding_model", "llm_model_path", "llm_context", "llm_max_tokens",
                        "llm_temperature", "openai_base_url", "openai_model", "openai_api_key_env", "openai_stream",
                        "generator_timeout", "generator_retries"}
+_ANSWER_SETTINGS |= _GENERATOR_SETTINGS
 log = logging.getLogger("citerag")
 
 
@@ -131,32 +139,6 @@ def _open_store(settings: Settings, create: bool) -> Store:
     return open_store_url(settings.store_url, create=create)
 
 
-class _Lru:
-    """A bounded, thread-safe map: the query-vector cache (a question costs an encoder call only once).
-
-    Fifteen lines rather than functools.lru_cache, which cannot be filled from one batched encoder call
-    (`embed_queries`); the caches issue replaces it with the shared cache backends."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._data: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str]) -> np.ndarray | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
-
-    def put(self, key: tuple[str, str], value: np.ndarray) -> None:
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.size:
-                self._data.popitem(last=False)
-
-
 class EmptyCollection(CiteragError):
     """A search or question on a collection with nothing indexed (a client error, not a refusal)."""
 
@@ -172,12 +154,12 @@ class Accepted:
 class Citerag:
     """Shared models and caches, and the collections that use them."""
 
-    def __init__(self, query_cache: int = 4096) -> None:
+    def __init__(self) -> None:
         self.collections: dict[str, Collection] = {}
+        self.cache_counts: Counter[tuple[str, str]] = Counter()  # (level, "hit" | "miss")
         self.default: str | None = None
         self.catalog: Catalog | None = None  # set by open_home: collections by name, opened when first used
         self.citation_metrics = CitationMetrics()
-        self._queries = _Lru(query_cache)
         self._models: dict[tuple[str, ...], Any] = {}
         self._lock = threading.RLock()
 
@@ -238,6 +220,8 @@ class Citerag:
             c.close()
         self.collections.clear()
         self.default = None
+        for key in [k for k in self._models if k[0] == "cache"]:
+            self._models.pop(key).close()
 
     def __enter__(self) -> Citerag:
         return self
@@ -301,23 +285,47 @@ class Citerag:
         key = ("generator", settings.model_dump_json(include=_GENERATOR_SETTINGS))
         return self._model(key, lambda: make_generator(settings, lambda: self.encoder(settings.embedding_model)))
 
-    def query_vector(self, model: str, text: str) -> np.ndarray:
-        vector = self._queries.get((model, text))
-        if vector is None:
-            self.embed_queries(model, [text])
-            vector = self._queries.get((model, text))
-        assert vector is not None
-        return vector
+    def cache(self, url: str) -> Cache:
+        """The cache backend at `url` ("memory" or redis://...), opened once per process."""
+        cache: Cache = self._model(("cache", url), lambda: open_cache(url))
+        return cache
 
-    def embed_queries(self, model: str, texts: Sequence[str]) -> None:
-        """Embed questions in one batch ahead of time (an evaluation's queries): later searches take them
-        from the cache; the vectors are the ones a single query would get."""
+    def cached(self, level: str, url: str, key: str, ttl: float) -> bytes | None:
+        """The entry under `key`, counted as a hit or a miss of `level`; None when the level is off (ttl 0)."""
+        if ttl <= 0:
+            return None
+        value = self.cache(url).get(key)
+        self.cache_counts[(level, "miss" if value is None else "hit")] += 1
+        return value
+
+    def query_vector(self, model: str, text: str, cache_url: str = "memory", ttl: float = 86400.0,
+                     hits: dict[str, bool] | None = None) -> np.ndarray:
+        """The question's vector, from the query-embedding cache when it holds it (`hits["query"]` says)."""
+        key = cache_key("query", {"model": model, "text": text})
+        blob = self.cached("query", cache_url, key, ttl)
+        if hits is not None:
+            hits["query"] = blob is not None
+        if blob is not None:
+            return np.frombuffer(blob, dtype=np.float32)
+        return self.embed_queries(model, [text], cache_url, ttl)[0]
+
+    def embed_queries(self, model: str, texts: Sequence[str], cache_url: str = "memory",
+                      ttl: float = 86400.0) -> np.ndarray:
+        """Embed questions in one batch (an evaluation's queries, ahead of time) and cache them: later searches
+        take them from the cache; the vectors are the ones a single query would get."""
         from citerag.embed import encode_queries
 
-        todo = [t for t in dict.fromkeys(texts) if self._queries.get((model, t)) is None]
-        if todo:
-            for text, vector in zip(todo, encode_queries(self.encoder(model), todo), strict=True):
-                self._queries.put((model, text), vector)
+        vectors = np.asarray(encode_queries(self.encoder(model), list(texts)), dtype=np.float32)
+        if ttl > 0:
+            for text, vector in zip(texts, vectors, strict=True):
+                self.cache(cache_url).set(cache_key("query", {"model": model, "text": text}), vector.tobytes(), ttl)
+        return vectors
+
+
+def cache_key(level: str, parts: dict[str, Any]) -> str:
+    """A key naming everything the cached value depends on, hashed (a question never appears in Redis' keys)."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return f"citerag:v1:{level}:{digest}"
 
 
 class Collection:
@@ -434,7 +442,7 @@ class Collection:
                             self._index_dir, getattr(exc, "strerror", None) or exc)
 
     @contextmanager
-    def _retriever(self) -> Iterator[Retriever]:
+    def _retriever(self, embed: Callable[[str], np.ndarray] | None = None) -> Iterator[Retriever]:
         """A retriever over indexes caught up to one store view; hits and texts come from that view.
 
         One search at a time per collection: catching up mutates the indexes, and a scan takes milliseconds."""
@@ -453,22 +461,42 @@ class Collection:
                                           "run `citerag reindex --stale`")
                 raise EmptyCollection(f"the index at {self.location} has no indexed documents: "
                                       "run `citerag ingest PATH` first")
-            yield Retriever(indexes.vector, indexes.lexical, view, lambda q: self.app.query_vector(model, q),
+            yield Retriever(indexes.vector, indexes.lexical, view,
+                            embed or (lambda q: self.app.query_vector(model, q, self.settings.cache_url,
+                                                                      self.settings.cache_query_ttl)),
                             rrf_k=self.settings.rrf_k)
         if rebuilt:  # built from the whole store: save it so that the next process need not
             self.persist_indexes()
 
-    def _ranked(self, query: str, settings: Settings, timings: dict[str, float],
+    def _key(self, level: str, settings: Settings, generation: int, text: str) -> str:
+        """The cache key of a retrieval or an answer: the store and collection, the generation (bumped by every
+        change), the settings that change the result, and the text asked."""
+        fields = _RETRIEVAL_SETTINGS | (_ANSWER_SETTINGS if level == "answer" else set())
+        return cache_key(level, {"store": settings.store_url, "collection": self.name, "generation": generation,
+                                 "settings": settings.model_dump(include=fields), "text": text})
+
+    def _ranked(self, query: str, settings: Settings, timings: dict[str, float], cache: dict[str, bool],
                 cited: Callable[[list[Hit]], list[Hit]]) -> tuple[list[Hit], dict[int, str]]:
         """The ranked hits (reranked when the settings say so) and the canonical texts of the documents of the
-        hits `cited` picks, all from one store view."""
+        hits `cited` picks, all from one store view; from the retrieval cache when it holds them."""
         from citerag.answer.pipeline import retrieve
 
         started = time.perf_counter()
-        self.app.query_vector(settings.embedding_model, query)  # embedded (and cached) before taking the lock
+        model, url = settings.embedding_model, settings.cache_url
+        # Embedded (or taken from the cache) before the search lock: a slow encoder holds nothing.
+        vector = self.app.query_vector(model, query, url, settings.cache_query_ttl, cache)
         timings["embed"] = time.perf_counter() - started
-        with self._retriever() as retriever:
-            hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)
+        with self._retriever(lambda q: vector if q == query else self.app.query_vector(model, q, url)) as retriever:
+            key = self._key("retrieval", settings, retriever.view.generation, query)
+            blob = self.app.cached("retrieval", url, key, settings.cache_retrieval_ttl)
+            cache["retrieval"] = blob is not None
+            if blob is not None:
+                hits = hits_from_rows(retriever.view, json.loads(blob))
+            else:
+                hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)
+                if settings.cache_retrieval_ttl > 0:
+                    rows = [[h.chunk.id, h.rank, h.score, h.cosine_distance] for h in hits]
+                    self.app.cache(url).set(key, json.dumps(rows).encode(), settings.cache_retrieval_ttl)
             return hits, retriever.texts({h.document.id for h in cited(hits)})
 
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
@@ -477,9 +505,10 @@ class Collection:
         check_text(query, "query")
         settings = self.settings.with_changes(**(options or SearchOptions()).changes())
         timings: dict[str, float] = {}
-        hits, texts = self._ranked(query, settings, timings, lambda ranked: ranked[:settings.k])
+        cache: dict[str, bool] = {}
+        hits, texts = self._ranked(query, settings, timings, cache, lambda ranked: ranked[:settings.k])
         hits = hits[:settings.k]
-        return SearchResult(hits, cite(hits, texts.__getitem__), timings)
+        return SearchResult(hits, cite(hits, texts.__getitem__), timings, cache)
 
     def ask(self, question: str, options: AskOptions | None = None) -> Answer:
         answer: Answer | None = None
@@ -491,23 +520,68 @@ class Collection:
 
     def ask_events(self, question: str, options: AskOptions | None = None) -> Iterator[tuple[str, Any]]:
         """A question answered step by step (what a streaming client shows as it happens): ("retrieval", hits),
-        then citerag.answer.pipeline.answer_events: ("citation", c)..., ("delta", text)..., ("answer", Answer)."""
+        then citerag.answer.pipeline.answer_events: ("citation", c)..., ("delta", text)..., ("answer", Answer).
+
+        An answer in the answer cache (same collection generation, settings and question) is replayed as the
+        same events without retrieving or generating."""
         from citerag.answer.pipeline import answer_events
 
         check_text(question, "question")
         started = time.perf_counter()
         settings = self.settings.with_changes(**(options or AskOptions()).changes())
         timings: dict[str, float] = {}
+        cache: dict[str, bool] = {"query": False, "retrieval": False, "answer": False}
+        replayed = self._cached_answer(question, settings, cache)
+        if replayed is not None:
+            hits, answer = replayed
+            answer.timings = {"total": time.perf_counter() - started}
+            answer.cache = cache
+            yield "retrieval", hits
+            for citation in answer.citations:
+                yield "citation", citation
+            if not answer.refused:
+                yield "delta", answer.answer
+            yield "answer", answer
+            return
+        with self.store.view() as view:
+            generation = view.generation
         # Only what can be cited: the hits the gate passes (answer_events applies the same rule again).
-        hits, texts = self._ranked(question, settings, timings,
+        hits, texts = self._ranked(question, settings, timings, cache,
                                    lambda ranked: gate(ranked, settings.threshold, settings.max_sources))
         yield "retrieval", hits
         # The generator runs after the read has ended: a slow model holds neither the index nor the database.
         for kind, value in answer_events(question, hits, self.app.generator(settings), texts.__getitem__, settings,
                                          timings, started):
-            if kind == "answer" and value.check is not None:
-                self.app.citation_metrics.record(value.check)
+            if kind == "answer":
+                value.cache = cache
+                if value.check is not None:
+                    self.app.citation_metrics.record(value.check)
+                self._cache_answer(question, settings, generation, hits, value)
             yield kind, value
+
+    def _cached_answer(self, question: str, settings: Settings,
+                       cache: dict[str, bool]) -> tuple[list[Hit], Answer] | None:
+        if settings.cache_answer_ttl <= 0:
+            return None
+        with self.store.view() as view:
+            key = self._key("answer", settings, view.generation, question)
+            blob = self.app.cached("answer", settings.cache_url, key, settings.cache_answer_ttl)
+            if blob is None:
+                return None
+            data = json.loads(blob)
+            hits = hits_from_rows(view, data["rows"])
+        cache["answer"] = True
+        return hits, answer_from_dict(data["answer"])
+
+    def _cache_answer(self, question: str, settings: Settings, generation: int, hits: list[Hit],
+                      answer: Answer) -> None:
+        """Kept under the generation read before retrieving: a change meanwhile makes the entry unreachable."""
+        if settings.cache_answer_ttl <= 0:
+            return
+        data = {"rows": [[h.chunk.id, h.rank, h.score, h.cosine_distance] for h in hits],
+                "answer": {**dataclasses.asdict(answer), "timings": {}, "cache": {}}}
+        self.app.cache(settings.cache_url).set(self._key("answer", settings, generation, question),
+                                               json.dumps(data).encode(), settings.cache_answer_ttl)
 
     def generator(self, options: AskOptions | None = None) -> Any:
         """The generator these options choose (an evaluation's LLM judge uses it directly)."""

@@ -23,7 +23,8 @@ CONFIG_NAME = "config.toml"
 ENV_PREFIX = "CITERAG_"
 
 _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k", "max_file_mb", "rerank_shortlist",
-                  "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries")
+                  "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
+                  "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl")
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid"),
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw")}
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
@@ -83,6 +84,12 @@ class Settings(BaseModel):
     openai_stream: bool = False
     generator_timeout: float = Field(default=60.0, gt=0)  # seconds, per connect and per read
     generator_retries: int = Field(default=3, ge=0, le=20)
+    # Caches of the three levels of a question, in seconds (0 turns a level off); "memory" (this process) or
+    # redis://HOST:PORT/DB (shared by every process). Keys carry the collection's generation: never stale.
+    cache_url: str = "memory"
+    cache_query_ttl: float = Field(default=86400.0, ge=0)
+    cache_retrieval_ttl: float = Field(default=21600.0, ge=0)
+    cache_answer_ttl: float = Field(default=3600.0, ge=0)
     collection: str = Field(default="default", pattern=_COLLECTION_PATTERN)
     # Where the collection's store lives; empty (the default) = sqlite:///<absolute index_dir>, derived at
     # validation, so it stays out of model_fields_set and follows index_dir in with_changes.
@@ -112,6 +119,13 @@ class Settings(BaseModel):
             raise PydanticCustomError("overlap_too_large", "overlap must be less than target ({target})",
                                       {"target": target})
         return value
+
+    @field_validator("cache_url")
+    @classmethod
+    def _check_cache_url(cls, value: str) -> str:
+        if value == "memory" or value.startswith(("redis://", "rediss://", "unix://")):
+            return value
+        raise PydanticCustomError("cache_url", "expected memory or redis://HOST:PORT/DB")
 
     @field_validator("store_url")
     @classmethod

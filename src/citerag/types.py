@@ -190,6 +190,8 @@ class Answer:
     # The refusal rule's inputs: the closest hit's cosine distance (None when nothing was retrieved) and the cut.
     best_distance: float | None = None
     threshold: float | None = None
+    # Which cache levels answered ("query", "retrieval", "answer" -> hit or not); empty when no cache was asked.
+    cache: dict[str, bool] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"question": self.question, "refused": self.refused, "answer": self.answer,
@@ -203,7 +205,16 @@ class Answer:
             data["threshold"] = self.threshold
         if self.timings:
             data["timings_ms"] = {k: round(v * 1000, 2) for k, v in self.timings.items()}
+        if self.cache:
+            data["cache"] = self.cache
         return data
+
+
+def answer_from_dict(data: dict[str, Any]) -> Answer:
+    """An Answer from dataclasses.asdict(answer) (what the answer cache keeps)."""
+    check = data.get("check")
+    return Answer(**{**data, "citations": [Citation(**c) for c in data["citations"]],
+                     "check": CitationCheck(**check) if check is not None else None})
 
 
 @dataclass
@@ -213,6 +224,7 @@ class SearchResult:
     hits: list[Hit]
     citations: list[Citation]
     timings: dict[str, float] = field(default_factory=dict)
+    cache: dict[str, bool] = field(default_factory=dict)  # which cache levels answered (see Answer.cache)
 
     def as_json(self) -> list[dict[str, Any]]:
         return [{"rank": h.rank, "score": h.score, **c.as_json()} for h, c in zip(self.hits, self.citations,

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 from live import live_server, wait_settled
+from service_fixtures import MIXED, Deployment
 
 from citerag.errors import CiteragError
 from citerag.service.state import ServiceConfig
-from conftest import MIXED, Deployment
 from corpus_paths import DEV_SET
 
 QUESTIONS = [json.loads(line) for line in (DEV_SET / "questions.jsonl").read_text(encoding="utf-8").splitlines()]

@@ -24,8 +24,8 @@ import pytest
 from live import wait_settled
 from PIL import Image
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, ViewportSize, expect, sync_playwright
+from service_fixtures import Deployment
 
-from conftest import Deployment
 from corpus_paths import DEV_SET
 from system_tools import chromium_path, needs_chromium
 

@@ -33,12 +33,12 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.core.transport import Response
+from service_fixtures import Deployment
 
 from citerag.extract import supported_suffixes
 from citerag.service.app import create_app
 from citerag.service.keys import KeyStore
 from citerag.settings import Settings
-from conftest import Deployment
 from corpus_paths import DATA
 
 # Every operation of the API as this code defines it (no server needed): one test per operation and run.

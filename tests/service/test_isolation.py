@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.routing import APIRoute
+from service_fixtures import Deployment
 
 from citerag.service import auth
 from citerag.service.keys import KeyStore
-from conftest import Deployment
 from corpus_paths import DEV_SET
 
 MIN_LINE = 40  # a line of a default document this long is that document's text, not a common phrase

@@ -230,7 +230,8 @@ def _run_all(app: Citerag, base: Settings, run: Run, files: list[Path], question
     for embedder in embedders:
         t0 = time.perf_counter()
         # One batch per embedder, shared by every strategy through the application's query cache.
-        app.embed_queries(embedder, [q.query for q in questions] + [o.query for o in ood])
+        app.embed_queries(embedder, [q.query for q in questions] + [o.query for o in ood], base.cache_url,
+                          base.cache_query_ttl)
         run.timings[f"embed queries {embedder}"] = time.perf_counter() - t0
         for strategy in strategies:
             info, collection = build_index(app, base, files, cache, embedder, strategy, questions, log)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -49,12 +49,19 @@ class Retriever:
                 scores = np.array([s for _, s in fused], dtype=np.float64)
             # Every hit, BM25-only ones included, gets its exact cosine distance, so the gate treats all alike.
             similarity = vector.similarity(q, ids)
-        chunks = self.view.chunks(ids.tolist())
-        documents = self.view.documents({c.document_id for c in chunks.values()})
-        return [Hit(chunk=chunks[i], document=documents[chunks[i].document_id], rank=r + 1, score=float(s),
-                    cosine_distance=float(1.0 - c))
-                for r, (i, s, c) in enumerate(zip(ids.tolist(), scores.tolist(), similarity.tolist(), strict=True))]
+        return hits_from_rows(self.view, [(i, r + 1, s, 1.0 - c) for r, (i, s, c) in
+                                          enumerate(zip(ids.tolist(), scores.tolist(), similarity.tolist(),
+                                                        strict=True))])
 
     def texts(self, document_ids: Iterable[int]) -> dict[int, str]:
         """Canonical texts, from the same view as the hits."""
         return self.view.texts(document_ids)
+
+
+def hits_from_rows(view: StoreView, rows: Sequence[Sequence[float]]) -> list[Hit]:
+    """Hits from (chunk id, rank, score, cosine distance) rows, their chunks and documents read from `view`
+    (a cached retrieval is stored as these rows; its key names the generation, so the ids are the view's)."""
+    chunks = view.chunks(int(r[0]) for r in rows)
+    documents = view.documents({c.document_id for c in chunks.values()})
+    return [Hit(chunk=chunks[int(i)], document=documents[chunks[int(i)].document_id], rank=int(rank),
+                score=float(score), cosine_distance=float(distance)) for i, rank, score, distance in rows]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from citerag.app import Collection
@@ -27,8 +28,10 @@ def save_original(collection: Collection, data: bytes) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / sha
     if not path.exists():
-        tmp = folder / f".{sha}.{os.getpid()}.tmp"
-        tmp.write_bytes(data)
+        # A name of its own per writer: two uploads of the same bytes at once must not share a temporary file.
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{sha}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)  # complete or absent, never half written
     return sha
 
