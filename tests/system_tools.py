@@ -62,3 +62,16 @@ def require_redis() -> None:
     if os.environ.get("CITERAG_REQUIRE_REDIS", "") not in ("", "0"):
         pytest.fail(f"{REDIS_MISSING} (and CITERAG_REQUIRE_REDIS is set)", pytrace=False)
     pytest.skip(REDIS_MISSING)
+
+
+PROMETHEUS_MISSING = "prometheus/promtool not installed: apt-get install prometheus"
+
+
+def require_prometheus() -> None:
+    """Where Debian's prometheus (the server and promtool) is missing: skip, with the reason; under
+    CITERAG_REQUIRE_PROMETHEUS=1 (CI, which installs it) fail instead, so a skip never hides untested rules."""
+    if shutil.which("prometheus") is not None and shutil.which("promtool") is not None:
+        return
+    if os.environ.get("CITERAG_REQUIRE_PROMETHEUS", "") not in ("", "0"):
+        pytest.fail(f"{PROMETHEUS_MISSING} (and CITERAG_REQUIRE_PROMETHEUS is set)", pytrace=False)
+    pytest.skip(PROMETHEUS_MISSING)

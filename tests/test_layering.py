@@ -23,7 +23,7 @@ def imports(path: Path) -> set[str]:
     return names
 
 
-ENTRY_POINTS = [SRC / "cli.py", SRC / "cli_service.py", *sorted((SRC / "eval").glob("*.py")),
+ENTRY_POINTS = [SRC / "cli.py", SRC / "cli_service.py", SRC / "cli_trace.py", *sorted((SRC / "eval").glob("*.py")),
                 *sorted((SRC / "service").rglob("*.py"))]
 
 

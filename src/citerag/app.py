@@ -55,6 +55,10 @@ from citerag.search.gate import gate  # the refusal rule, exported for the evalu
 from citerag.search.retriever import hits_from_rows
 from citerag.settings import Settings, load_settings, set_in_config_file
 from citerag.store import ChunkStats, Store, open_store_url
+from citerag.trace import OPERATION, configure, current_trace_id, hit_attributes, sink, traced_events, tracer
+from citerag.trace.setup import Sink
+from citerag.trace.store import FILE_NAME as TRACE_FILE
+from citerag.trace.store import TraceStore
 from citerag.types import Answer, Chunk, Document, Extracted, Hit, SearchResult, StoredChunk, answer_from_dict
 
 # What a generator is built from: two collections that agree on these share one (a local LLM loads once).
@@ -200,6 +204,7 @@ class Citerag:
         with self._lock:
             if settings.collection in self.collections:
                 raise CiteragError(f"collection {settings.collection!r} is already open")
+            configure(settings.otlp_endpoint)
             collection = Collection(self, settings, _open_store(settings, create))
             self.collections[settings.collection] = collection
             if self.default is None:
@@ -342,6 +347,8 @@ class Collection:
         self._accept_lock = threading.Lock()
         self._indexes: SearchIndexes | None = None  # loaded on first use
         self._index_dir = index_dir(settings.sqlite_dir, settings.embedding_model, settings.vector_index)
+        self.traces = TraceStore(settings.sqlite_dir / TRACE_FILE, settings.trace_keep) \
+            if settings.store_scheme == "sqlite" and settings.trace_keep > 0 else None
 
     @property
     def location(self) -> str:
@@ -356,13 +363,15 @@ class Collection:
     def ingest(self, paths: Iterable[Path] | Discovered, progress: Progress | None = None) -> IngestReport:
         found = paths if isinstance(paths, Discovered) else discover(paths)
         try:
-            return self.indexer.ingest(found, progress)
+            with sink(self._trace_sink(None)):
+                return self.indexer.ingest(found, progress)
         finally:
             self.persist_indexes()
 
     def index_document(self, source: Source) -> Outcome:
         try:
-            return self.indexer.index_document(source)
+            with sink(self._trace_sink(None)):
+                return self.indexer.index_document(source)
         finally:
             self.persist_indexes()
 
@@ -374,13 +383,15 @@ class Collection:
 
     def retry_failed(self, progress: Progress | None = None) -> IngestReport:
         try:
-            return self.indexer.retry_failed(progress)
+            with sink(self._trace_sink(None)):
+                return self.indexer.retry_failed(progress)
         finally:
             self.persist_indexes()
 
     def reindex_stale(self, progress: Progress | None = None) -> IngestReport:
         try:
-            return self.indexer.reindex_stale(progress)
+            with sink(self._trace_sink(None)):
+                return self.indexer.reindex_stale(progress)
         finally:
             self.persist_indexes()
 
@@ -484,9 +495,12 @@ class Collection:
         started = time.perf_counter()
         model, url = settings.embedding_model, settings.cache_url
         # Embedded (or taken from the cache) before the search lock: a slow encoder holds nothing.
-        vector = self.app.query_vector(model, query, url, settings.cache_query_ttl, cache)
+        with tracer.start_as_current_span("citerag.embed_query") as span:
+            vector = self.app.query_vector(model, query, url, settings.cache_query_ttl, cache)
+            span.set_attributes({"citerag.cache.hit": cache.get("query", False), "citerag.embedding_model": model})
         timings["embed"] = time.perf_counter() - started
-        with self._retriever(lambda q: vector if q == query else self.app.query_vector(model, q, url)) as retriever:
+        with self._retriever(lambda q: vector if q == query else self.app.query_vector(model, q, url)) as retriever, \
+                tracer.start_as_current_span("citerag.retrieve") as span:
             key = self._key("retrieval", settings, retriever.view.generation, query)
             blob = self.app.cached("retrieval", url, key, settings.cache_retrieval_ttl)
             cache["retrieval"] = blob is not None
@@ -497,6 +511,9 @@ class Collection:
                 if settings.cache_retrieval_ttl > 0:
                     rows = [[h.chunk.id, h.rank, h.score, h.cosine_distance] for h in hits]
                     self.app.cache(url).set(key, json.dumps(rows).encode(), settings.cache_retrieval_ttl)
+            span.set_attributes({"citerag.cache.hit": blob is not None, "citerag.mode": settings.mode,
+                                 "citerag.k": settings.k, "citerag.generation": retriever.view.generation,
+                                 **hit_attributes("citerag.hits", hits)})
             return hits, retriever.texts({h.document.id for h in cited(hits)})
 
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
@@ -506,9 +523,12 @@ class Collection:
         settings = self.settings.with_changes(**(options or SearchOptions()).changes())
         timings: dict[str, float] = {}
         cache: dict[str, bool] = {}
-        hits, texts = self._ranked(query, settings, timings, cache, lambda ranked: ranked[:settings.k])
-        hits = hits[:settings.k]
-        return SearchResult(hits, cite(hits, texts.__getitem__), timings, cache)
+        with sink(self._trace_sink(settings, {"question": query})), \
+                tracer.start_as_current_span("citerag.search", attributes=self._operation("search", settings)) as span:
+            hits, texts = self._ranked(query, settings, timings, cache, lambda ranked: ranked[:settings.k])
+            hits = hits[:settings.k]
+            span.set_attributes(hit_attributes("citerag.hits", hits))
+            return SearchResult(hits, cite(hits, texts.__getitem__), timings, cache, current_trace_id(span))
 
     def ask(self, question: str, options: AskOptions | None = None) -> Answer:
         answer: Answer | None = None
@@ -524,18 +544,32 @@ class Collection:
 
         An answer in the answer cache (same collection generation, settings and question) is replayed as the
         same events without retrieving or generating."""
+        check_text(question, "question")
+        settings = self.settings.with_changes(**(options or AskOptions()).changes())
+        # The question's trace: its span is current while each event is computed (see traced_events).
+        texts = {"question": question}
+        span = tracer.start_span("citerag.ask", attributes=self._operation("ask", settings))
+        return traced_events(span, self._ask_events(question, settings, span, texts),
+                             self._trace_sink(settings, texts))
+
+    def _ask_events(self, question: str, settings: Settings, span: Any,
+                    texts: dict[str, str]) -> Iterator[tuple[str, Any]]:
         from citerag.answer.pipeline import answer_events
 
-        check_text(question, "question")
         started = time.perf_counter()
-        settings = self.settings.with_changes(**(options or AskOptions()).changes())
         timings: dict[str, float] = {}
         cache: dict[str, bool] = {"query": False, "retrieval": False, "answer": False}
-        replayed = self._cached_answer(question, settings, cache)
+        with tracer.start_as_current_span("citerag.answer_cache") as cached:
+            replayed = self._cached_answer(question, settings, cache)
+            cached.set_attribute("citerag.cache.hit", replayed is not None)
         if replayed is not None:
             hits, answer = replayed
             answer.timings = {"total": time.perf_counter() - started}
             answer.cache = cache
+            answer.trace_id = current_trace_id(span)
+            texts["answer"] = answer.answer
+            span.set_attributes({"citerag.cache.answer": True, "citerag.refused": answer.refused,
+                                 **hit_attributes("citerag.hits", hits)})
             yield "retrieval", hits
             for citation in answer.citations:
                 yield "citation", citation
@@ -546,14 +580,18 @@ class Collection:
         with self.store.view() as view:
             generation = view.generation
         # Only what can be cited: the hits the gate passes (answer_events applies the same rule again).
-        hits, texts = self._ranked(question, settings, timings, cache,
-                                   lambda ranked: gate(ranked, settings.threshold, settings.max_sources))
+        hits, sources = self._ranked(question, settings, timings, cache,
+                                     lambda ranked: gate(ranked, settings.threshold, settings.max_sources))
+        span.set_attributes(hit_attributes("citerag.hits", hits))
         yield "retrieval", hits
         # The generator runs after the read has ended: a slow model holds neither the index nor the database.
-        for kind, value in answer_events(question, hits, self.app.generator(settings), texts.__getitem__, settings,
+        for kind, value in answer_events(question, hits, self.app.generator(settings), sources.__getitem__, settings,
                                          timings, started):
             if kind == "answer":
                 value.cache = cache
+                value.trace_id = current_trace_id(span)
+                texts["answer"] = value.answer
+                span.set_attribute("citerag.refused", value.refused)
                 if value.check is not None:
                     self.app.citation_metrics.record(value.check)
                 self._cache_answer(question, settings, generation, hits, value)
@@ -579,9 +617,32 @@ class Collection:
         if settings.cache_answer_ttl <= 0:
             return
         data = {"rows": [[h.chunk.id, h.rank, h.score, h.cosine_distance] for h in hits],
-                "answer": {**dataclasses.asdict(answer), "timings": {}, "cache": {}}}
+                "answer": {**dataclasses.asdict(answer), "timings": {}, "cache": {}, "trace_id": None}}
         self.app.cache(settings.cache_url).set(self._key("answer", settings, generation, question),
                                                json.dumps(data).encode(), settings.cache_answer_ttl)
+
+    def _operation(self, operation: str, settings: Settings) -> dict[str, Any]:
+        """An operation span's attributes: what it is, where, and the options that shape its result."""
+        return {OPERATION: operation, "citerag.collection": self.name,
+                **{f"citerag.options.{k}": v for k, v in _trace_options(settings).items()}}
+
+    def _trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None) -> Sink | None:
+        """Where this collection's finished operations go: its trace store (None when it keeps none), with the
+        query's options and, if the collection allows it (trace_text), its question and answer."""
+        store = self.traces
+        if store is None:
+            return None
+        options = _trace_options(settings) if settings is not None else {}
+        kept = texts if self.settings.trace_text else None
+
+        def write(spans: Sequence[Any]) -> None:
+            store.write(spans, options, self.name, kept)
+
+        return write
+
+    def trace(self, trace_id: str) -> dict[str, Any] | None:
+        """A kept trace of this collection (see citerag.trace.store), or None."""
+        return self.traces.get(trace_id) if self.traces is not None else None
 
     def generator(self, options: AskOptions | None = None) -> Any:
         """The generator these options choose (an evaluation's LLM judge uses it directly)."""
@@ -597,6 +658,13 @@ class Collection:
             raise CiteragError(f"the index at {self.location} has no chunks indexed with "
                                f"{self.settings.embedding_model}: run `citerag ingest PATH` first")
         return train_reranker(chunks, out, TrainSettings(pairs=pairs, epochs=epochs, seed=seed), log=log_line)
+
+
+def _trace_options(settings: Settings) -> dict[str, Any]:
+    """What a replay passes again (AskOptions' fields, as this query resolved them)."""
+    return {"mode": settings.mode, "k": settings.k, "rerank_model": settings.rerank_model,
+            "shortlist": settings.rerank_shortlist, "threshold": settings.threshold,
+            "max_sources": settings.max_sources, "generator": settings.generator}
 
 
 def extract_file(path: Path, title: str | None = None) -> Extracted:

@@ -222,12 +222,17 @@ def status(index: str | None, as_json: bool) -> None:
             click.echo(f"         warning: {w}")
 
 
+from citerag.cli_ops import slo_rules_command  # noqa: E402
 from citerag.cli_service import keys_group, serve_command  # noqa: E402
+from citerag.cli_trace import replay_command, trace_group  # noqa: E402
 from citerag.eval.command import eval_command  # noqa: E402
 
 cli.add_command(eval_command)
 cli.add_command(serve_command)
+cli.add_command(slo_rules_command)
 cli.add_command(keys_group)
+cli.add_command(trace_group)
+cli.add_command(replay_command)
 
 
 @click.command("train-reranker")

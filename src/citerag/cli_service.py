@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from citerag.catalog import Catalog
@@ -17,15 +19,26 @@ from citerag.settings import load_settings
 @click.option("--no-keys", is_flag=True, help="Serve without API keys (loopback addresses only).")
 @click.option("--max-upload-mb", type=click.FloatRange(0.001, 100_000), default=100.0, show_default=True,
               help="Largest request body.")
-def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_upload_mb: float) -> None:
-    """Serve the API (/v1, OpenAPI at /docs) and the web page (/) with uvicorn."""
+@click.option("--metrics-token-env", metavar="NAME", default=None,
+              help="Environment variable holding a token that GET /metrics then requires (Bearer); "
+                   "without it /metrics is open (it carries no document text).")
+def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_upload_mb: float,
+                  metrics_token_env: str | None) -> None:
+    """Serve the API (/v1, OpenAPI at /docs), the web page (/) and Prometheus metrics (/metrics) with uvicorn."""
     import uvicorn
 
     from citerag.service.app import create_app
     from citerag.service.keys import KeyStore
     from citerag.service.state import ServiceConfig
 
-    config = ServiceConfig(host=host, port=port, keys_required=not no_keys, max_upload_mb=max_upload_mb)
+    metrics_token = None
+    if metrics_token_env is not None:
+        metrics_token = os.environ.get(metrics_token_env, "").strip()
+        if not metrics_token:
+            raise CiteragError(f"--metrics-token-env {metrics_token_env}: that environment variable is not set "
+                               "or empty")
+    config = ServiceConfig(host=host, port=port, keys_required=not no_keys, max_upload_mb=max_upload_mb,
+                           metrics_token=metrics_token)
     config.check()  # before anything loads: binding beyond loopback without keys is refused
     settings = load_settings(index)
     app = create_app(settings, config)

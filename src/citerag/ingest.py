@@ -22,6 +22,7 @@ from citerag.errors import CiteragError, ExtractionError, StoreUnavailable
 from citerag.extract import extractor_for, supported_suffixes
 from citerag.settings import Settings
 from citerag.store import ChunkStats, Store
+from citerag.trace import OPERATION, tracer
 from citerag.types import Document
 
 # Stamps that follow from others (the dimension follows from the model) are recorded but not compared,
@@ -197,6 +198,14 @@ class Indexer:
 
         Unchanged bytes under unchanged stamps are left as they are. Any failure of the document itself is
         stored as its reason and returned; a store failure (StoreUnavailable) is raised."""
+        with tracer.start_as_current_span("citerag.index_document", attributes={
+                OPERATION: "index", "citerag.collection": self.settings.collection,
+                "citerag.document.bytes": len(source.data)}) as span:
+            outcome = self._traced_index(source, report)
+            span.set_attributes({"citerag.document.id": outcome.document_id, "citerag.document.status": outcome.status})
+            return outcome
+
+    def _traced_index(self, source: Source, report: IngestReport | None) -> Outcome:
         report = report if report is not None else IngestReport()
         sha = hashlib.sha256(source.data).hexdigest()
         doc = self.store.document_by_path(source.uri)
@@ -249,23 +258,37 @@ class Indexer:
         if extractor is None:
             raise ExtractionError(f"unsupported format {name.suffix or '(no suffix)'} "
                                   f"(supported: {' '.join(supported_suffixes())})")
-        extracted = extractor.extract(source.data, name)
+        with tracer.start_as_current_span("citerag.extract") as span:
+            extracted = extractor.extract(source.data, name)
+            span.set_attributes({"citerag.extractor": extractor.name, "citerag.extract.chars": len(extracted.text),
+                                 "citerag.extract.sections": len(extracted.sections),
+                                 "citerag.extract.warnings": len(extracted.warnings)})
         s = self.settings
-        chunks = chunk_extracted(extracted, s.strategy, s.target, s.overlap)
+        with tracer.start_as_current_span("citerag.chunk") as span:
+            chunks = chunk_extracted(extracted, s.strategy, s.target, s.overlap)
+            span.set_attributes({"citerag.strategy": s.strategy, "citerag.chunks.count": len(chunks),
+                                 "citerag.chunks.starts": [c.start for c in chunks],
+                                 "citerag.chunks.ends": [c.end for c in chunks]})
         if not chunks:
             raise ExtractionError("no text to index after extraction")
-        encoder = self._encoder()
-        tokens = encoder.count_tokens([c.text for c in chunks])
-        headers = sorted({c.header for c in chunks if c.header})
-        # Word pieces spent on the header, less the [CLS]/[SEP] the tokenizer adds to any text.
-        header_counts = {h: n - 2 for h, n in zip(headers, encoder.count_tokens(headers), strict=True)}
-        stats = ChunkStats(tokens=tokens, header_tokens=[header_counts.get(c.header, 0) for c in chunks])
-        vectors = encoder.encode([c.text for c in chunks])
+        with tracer.start_as_current_span("citerag.embed") as span:
+            encoder = self._encoder()
+            tokens = encoder.count_tokens([c.text for c in chunks])
+            headers = sorted({c.header for c in chunks if c.header})
+            # Word pieces spent on the header, less the [CLS]/[SEP] the tokenizer adds to any text.
+            header_counts = {h: n - 2 for h, n in zip(headers, encoder.count_tokens(headers), strict=True)}
+            stats = ChunkStats(tokens=tokens, header_tokens=[header_counts.get(c.header, 0) for c in chunks])
+            vectors = encoder.encode([c.text for c in chunks])
+            span.set_attributes({"citerag.embedding_model": s.embedding_model, "citerag.embed.count": len(chunks),
+                                 "citerag.embed.tokens": tokens,
+                                 "citerag.embed.over_window": sum(t > encoder.max_tokens for t in tokens)})
         stamps = {**stamps, "embedding_dim": encoder.dim}
         # One transaction replaces the old version: readers see it whole before or whole after.
-        self.store.save_indexed(doc_id, title=extracted.title, sha256=sha, stamps=stamps,
-                                canonical_text=extracted.text, warnings=extracted.warnings, chunks=chunks,
-                                vectors=vectors, stats=stats, locators=extracted.locators)
+        with tracer.start_as_current_span("citerag.store") as span:
+            self.store.save_indexed(doc_id, title=extracted.title, sha256=sha, stamps=stamps,
+                                    canonical_text=extracted.text, warnings=extracted.warnings, chunks=chunks,
+                                    vectors=vectors, stats=stats, locators=extracted.locators)
+            span.set_attributes({"citerag.document.id": doc_id, "citerag.chunks.count": len(chunks)})
         report.chunks += len(chunks)
         report.over_window += sum(t > encoder.max_tokens for t in tokens)
         report.embedded_tokens += sum(tokens)

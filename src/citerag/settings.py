@@ -12,6 +12,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -24,7 +25,7 @@ ENV_PREFIX = "CITERAG_"
 
 _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k", "max_file_mb", "rerank_shortlist",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
-                  "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl")
+                  "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep")
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid"),
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw")}
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
@@ -90,6 +91,13 @@ class Settings(BaseModel):
     cache_query_ttl: float = Field(default=86400.0, ge=0)
     cache_retrieval_ttl: float = Field(default=21600.0, ge=0)
     cache_answer_ttl: float = Field(default=3600.0, ge=0)
+    # Traces (citerag.trace): the newest `trace_keep` operations kept in INDEX/traces.sqlite3 (0 = none kept);
+    # the question and answer text kept with them only when `trace_text` is true (user data). Spans are also
+    # exported over OTLP/HTTP to `otlp_endpoint` when set (http(s)://HOST:4318[/v1/traces]; process-wide), never
+    # with a question's or an answer's text.
+    trace_keep: int = Field(default=10000, ge=0)
+    trace_text: bool = False
+    otlp_endpoint: str = ""
     collection: str = Field(default="default", pattern=_COLLECTION_PATTERN)
     # Where the collection's store lives; empty (the default) = sqlite:///<absolute index_dir>, derived at
     # validation, so it stays out of model_fields_set and follows index_dir in with_changes.
@@ -126,6 +134,16 @@ class Settings(BaseModel):
         if value == "memory" or value.startswith(("redis://", "rediss://", "unix://")):
             return value
         raise PydanticCustomError("cache_url", "expected memory or redis://HOST:PORT/DB")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _check_otlp_endpoint(cls, value: str) -> str:
+        if value == "":
+            return value
+        parts = urlsplit(value)
+        if parts.scheme in ("http", "https") and parts.hostname and not parts.query and not parts.fragment:
+            return value
+        raise PydanticCustomError("otlp_endpoint", "expected empty or http(s)://HOST:PORT[/v1/traces]")
 
     @field_validator("store_url")
     @classmethod

@@ -192,6 +192,7 @@ class Answer:
     threshold: float | None = None
     # Which cache levels answered ("query", "retrieval", "answer" -> hit or not); empty when no cache was asked.
     cache: dict[str, bool] = field(default_factory=dict)
+    trace_id: str | None = None  # the OpenTelemetry trace of the question (citerag.trace), when traced
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"question": self.question, "refused": self.refused, "answer": self.answer,
@@ -207,6 +208,8 @@ class Answer:
             data["timings_ms"] = {k: round(v * 1000, 2) for k, v in self.timings.items()}
         if self.cache:
             data["cache"] = self.cache
+        if self.trace_id is not None:
+            data["trace_id"] = self.trace_id
         return data
 
 
@@ -225,7 +228,9 @@ class SearchResult:
     citations: list[Citation]
     timings: dict[str, float] = field(default_factory=dict)
     cache: dict[str, bool] = field(default_factory=dict)  # which cache levels answered (see Answer.cache)
+    trace_id: str | None = None  # the search's trace (see Answer.trace_id)
 
     def as_json(self) -> list[dict[str, Any]]:
+        """The rows (a list, so the trace id is not in it: the service sends it as X-Trace-Id)."""
         return [{"rank": h.rank, "score": h.score, **c.as_json()} for h, c in zip(self.hits, self.citations,
                                                                                    strict=True)]

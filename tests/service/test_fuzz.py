@@ -105,11 +105,18 @@ def load(run: Run) -> schemathesis.BaseSchema:
     config = schemathesis.Config.from_dict({"seed": SEED, "request-timeout": REQUEST_TIMEOUT,
                                             "max-stream-events": 50})
     schema = schemathesis.openapi.from_url(f"{run.server.url}/openapi.json", config=config)
+    # Traces that exist (a search in each collection the key sees), for GET /v1/traces/{trace_id}.
+    with run.server.client(run.key) as c:
+        traces = [r.headers["X-Trace-Id"] for r in (c.post(f"/v1/collections/{n}/search", json={"query": "locale"})
+                                                     for n in run.names) if r.status_code == 200]
 
     @schema.hook
     def flatmap_path_parameters(context: Any, path_parameters: Any) -> st.SearchStrategy[Any]:
         # Half the time a collection (and a document of it) that exists, so that cases reach the handlers;
         # else what was generated, alone or mixed with real values.
+        if isinstance(path_parameters, dict) and "trace_id" in path_parameters and traces:
+            return st.one_of(st.sampled_from([{**path_parameters, "trace_id": t} for t in traces]),
+                             st.just(path_parameters))
         if not isinstance(path_parameters, dict) or "name" not in path_parameters:
             return st.just(path_parameters)
         generated = dict(path_parameters)

@@ -13,6 +13,7 @@ from citerag.answer.prompt import build_prompt
 from citerag.search import Retriever, gate
 from citerag.search.rerank import Reranker, rerank
 from citerag.settings import Settings
+from citerag.trace import hit_attributes, tracer
 from citerag.types import Answer, Hit
 
 
@@ -26,13 +27,19 @@ def retrieve(question: str, retriever: Retriever, settings: Settings, reranker: 
     `rerank_shortlist` reordered by the cross-encoder."""
     t0 = time.perf_counter()
     k = max(settings.k, settings.rerank_shortlist) if reranker is not None else settings.k
-    hits = retriever.search(question, mode=settings.mode, k=k)
+    with tracer.start_as_current_span("citerag.retriever") as span:
+        hits = retriever.search(question, mode=settings.mode, k=k)
+        span.set_attributes({"citerag.mode": settings.mode, "citerag.k": k, **hit_attributes("citerag.hits", hits)})
     t1 = time.perf_counter()
     if timings is not None:
         timings["retrieve"] = t1 - t0
     if reranker is None:
         return hits
-    hits = rerank(question, hits, reranker, settings.rerank_shortlist)
+    with tracer.start_as_current_span("citerag.rerank") as span:
+        hits = rerank(question, hits, reranker, settings.rerank_shortlist)
+        span.set_attributes({"citerag.rerank.model": settings.rerank_model,
+                             "citerag.rerank.shortlist": settings.rerank_shortlist,
+                             **hit_attributes("citerag.hits", hits)})
     if timings is not None:
         timings["rerank"] = time.perf_counter() - t1
     return hits
@@ -49,31 +56,49 @@ def answer_events(question: str, hits: list[Hit], generator: Generator, canonica
     question arrived (perf_counter), so that timings["total"] includes retrieval."""
     timings = {} if timings is None else timings
     start = time.perf_counter() if started is None else started
-    best = min((h.cosine_distance for h in hits), default=None)
-    kept = gate(hits, settings.threshold, settings.max_sources)
+    with tracer.start_as_current_span("citerag.gate") as span:
+        best = min((h.cosine_distance for h in hits), default=None)
+        kept = gate(hits, settings.threshold, settings.max_sources)
+        span.set_attributes({"citerag.gate.threshold": settings.threshold, "citerag.gate.max_sources":
+                             settings.max_sources, "citerag.gate.decision": "answered" if kept else "refused",
+                             "citerag.gate.kept": len(kept), **hit_attributes("citerag.hits", kept)})
+        if best is not None:
+            span.set_attribute("citerag.gate.best_distance", round(float(best), 6))
     if not kept:
         timings["total"] = time.perf_counter() - start
         yield "answer", Answer(question, True, refusal(question, settings.threshold), [], timings=timings,
                                best_distance=best, threshold=settings.threshold)
         return
-    citations = cite(kept, canonical_text)
+    with tracer.start_as_current_span("citerag.cite") as span:
+        citations = cite(kept, canonical_text)
+        span.set_attributes({"citerag.citations.count": len(citations),
+                             "citerag.citations.document_ids": [c.document_id for c in citations]})
     for citation in citations:
         yield "citation", citation
     prompt = build_prompt(question, citations)
     t0 = time.perf_counter()
     stream = getattr(generator, "stream_text", None)
     parts: list[str] = []
-    if callable(stream) and getattr(generator, "stream", False):
-        for delta in stream(prompt):
-            parts.append(delta)
-            yield "delta", delta
-        raw = "".join(parts).strip()
-    else:
-        raw = generator.generate(question, citations, prompt)
-        yield "delta", raw
+    # Not made current: the span stays open across the yields (none of the generators report token counts,
+    # so the sizes are in characters).
+    with tracer.start_span("citerag.generate") as span:
+        span.set_attributes({"citerag.generator": generator.name, "citerag.generate.prompt_chars": len(prompt)})
+        if callable(stream) and getattr(generator, "stream", False):
+            for delta in stream(prompt):
+                parts.append(delta)
+                yield "delta", delta
+            raw = "".join(parts).strip()
+        else:
+            raw = generator.generate(question, citations, prompt)
+            yield "delta", raw
+        span.set_attribute("citerag.generate.output_chars", len(raw))
     timings["generate"] = time.perf_counter() - t0
     # The model may only write [n] for a source it was given: anything else is removed and reported.
-    text, check = check_citations(raw, len(citations))
+    with tracer.start_as_current_span("citerag.check") as span:
+        text, check = check_citations(raw, len(citations))
+        span.set_attributes({"citerag.check.valid_markers": check.valid_markers,
+                             "citerag.check.invalid_markers": check.invalid, "citerag.check.cited": check.cited,
+                             "citerag.check.unused": check.unused, "citerag.check.flagged": check.flagged})
     timings["total"] = time.perf_counter() - start
     yield "answer", Answer(question, False, text, citations, prompt, check=check, generator=generator.name,
                            timings=timings, best_distance=best, threshold=settings.threshold)

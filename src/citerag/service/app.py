@@ -8,7 +8,6 @@ OpenAPI at /openapi.json (docs at /docs), the API under /v1, the web page at /.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -18,17 +17,17 @@ from fastapi.staticfiles import StaticFiles
 
 from citerag import __version__
 from citerag.app import Citerag
-from citerag.service import errors
+from citerag.service import errors, metrics
 from citerag.service.blobs import UPLOAD_SCHEME
 from citerag.service.jobs import IngestQueue, Job
 from citerag.service.keys import KeyStore
-from citerag.service.routes import answers, collections, documents, pages
+from citerag.service.routes import answers, collections, documents, pages, traces
 from citerag.service.state import Service, ServiceConfig
 from citerag.settings import Settings
+from citerag.trace.setup import request_span
 
 log = logging.getLogger("citerag.service")
 TRACE_HEADER = "X-Trace-Id"
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 # The page's own scripts and styles only; nothing inline, nothing from elsewhere, never framed.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
@@ -44,6 +43,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
         core = Citerag.open_home(settings)
         svc = Service(core, KeyStore(settings.index_dir.expanduser().resolve()), IngestQueue(core), config)
         api.state.service = svc
+        api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()
         _requeue_pending(svc)
         try:
@@ -55,15 +55,18 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     api = FastAPI(title="citerag", version=__version__, lifespan=lifespan,
                   description="Answers with citations that open the source at the quote, or NO ANSWER.")
     errors.install(api)
-    for router in (collections.router, documents.router, answers.router, pages.router):
+    api.state.metrics = metrics.Metrics()
+    for router in (collections.router, documents.router, answers.router, pages.router, metrics.router,
+                   traces.router):
         api.include_router(router)
     api.mount("/static", StaticFiles(directory=pages.STATIC), name="static")
 
     @api.middleware("http")
     async def headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        incoming = _TRACEPARENT.match(request.headers.get("traceparent", ""))
-        request.state.trace_id = incoming.group(1) if incoming else uuid.uuid4().hex
-        response = await call_next(request)
+        # The request's span (continuing an incoming traceparent): a query's trace is the request's trace.
+        with request_span(request.method, request.url.path, request.headers) as trace_id:
+            request.state.trace_id = trace_id or uuid.uuid4().hex
+            response = await call_next(request)
         response.headers[TRACE_HEADER] = request.state.trace_id
         response.headers.setdefault("Content-Security-Policy", CSP)
         response.headers["X-Content-Type-Options"] = "nosniff"
@@ -72,6 +75,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
         return response
 
     api.add_middleware(errors.LimitBody, limit=int(config.max_upload_mb * 1048576))
+    api.add_middleware(metrics.RequestMetrics, metrics=api.state.metrics)
     return api
 
 

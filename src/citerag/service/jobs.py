@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from citerag.app import Citerag, Source
+from citerag.app import Citerag, Collection, Outcome, Source
 from citerag.errors import CiteragError, StoreUnavailable
 from citerag.service.blobs import forget_original, read_original
 
@@ -37,6 +38,7 @@ class IngestQueue:
         # (the store keeps the served version's hash; this map lives as long as the process).
         self.submitted: dict[tuple[str, int], Job] = {}
         self._lock = threading.Lock()
+        self.on_finished: Callable[[Collection, Outcome], None] | None = None  # each indexed job's outcome (metrics)
         self._thread = threading.Thread(target=self._run, name="citerag-ingest", daemon=True)
 
     def start(self) -> None:
@@ -57,6 +59,11 @@ class IngestQueue:
     def state(self, collection: str, document_id: int) -> str | None:
         with self._lock:
             return self._state.get((collection, document_id))
+
+    def depth(self) -> int:
+        """Jobs waiting for the worker."""
+        with self._lock:
+            return sum(state == "queued" for state in self._state.values())
 
     def cancel(self, collection: str, document_id: int) -> None:
         """A deleted document's queued job is skipped (a running one finishes; its delete waits for it)."""
@@ -98,9 +105,11 @@ class IngestQueue:
             with collection.write_lock:
                 if collection.document(job.document_id) is None:
                     return
-                collection.index_document(Source(doc.source_path, data, name=job.name))
+                outcome = collection.index_document(Source(doc.source_path, data, name=job.name))
                 if doc.sha256 != job.sha256:  # a replacement: the old bytes go once nothing refers to them
                     forget_original(collection, doc.sha256)
+            if self.on_finished is not None:
+                self.on_finished(collection, outcome)
         except StoreUnavailable as exc:
             # Nothing is blamed on the document: it stays pending and is queued again when the server restarts.
             log.error("store unavailable while indexing %s: %s", doc.name, exc)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from citerag.app import Citerag
 from citerag.errors import CiteragError
@@ -18,6 +18,8 @@ class ServiceConfig:
     keys_required: bool = True
     max_upload_mb: float = 100.0  # one request's body
     max_files: int = 100  # files in one upload request
+    # GET /metrics then needs `Authorization: Bearer TOKEN`; None: open. Never printed (repr=False).
+    metrics_token: str | None = field(default=None, repr=False)
 
     def check(self) -> None:
         if not self.keys_required and not is_loopback(self.host):

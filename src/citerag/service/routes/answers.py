@@ -14,6 +14,7 @@ from citerag.app import AskOptions, SearchOptions, check_text
 from citerag.errors import CiteragError
 from citerag.service.auth import Readable
 from citerag.service.errors import ApiError
+from citerag.service.metrics import observe_answer, observe_events, observe_search
 from citerag.service.present import answer_json, citation_json, hit_json, refusal_json, search_json
 from citerag.service.schemas import AskRequest, SearchRequest
 from citerag.types import Answer
@@ -33,6 +34,7 @@ def _text(value: str, field: str) -> str:
 def search(request: SearchRequest, collection: Readable) -> dict[str, Any]:
     query = _text(request.query, "query")
     result = collection.search(query, SearchOptions(mode=request.mode, k=request.k))
+    observe_search(collection, result)
     return search_json(collection.name, query, result)
 
 
@@ -44,8 +46,10 @@ def ask(request: AskRequest, collection: Readable) -> dict[str, Any] | EventSour
     options = AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
                          max_sources=request.max_sources)
     if not request.stream:
-        return answer_json(collection.name, collection.ask(question, options))
-    events = collection.ask_events(question, options)
+        answer = collection.ask(question, options)
+        observe_answer(collection, answer)
+        return answer_json(collection.name, answer)
+    events = observe_events(collection, collection.ask_events(question, options))
     # The retrieval runs before the response starts, so that an empty collection is a 409 like the JSON answer.
     first = next(events)
     return EventSourceResponse(_stream(collection.name, first, events), ping=15)

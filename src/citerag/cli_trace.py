@@ -1,0 +1,64 @@
+"""`citerag trace show ID` and `citerag replay ID`: a kept trace (citerag.trace.store) read back, and its query
+asked again against today's index, printing what changed."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from citerag.app import Citerag
+from citerag.errors import CiteragError
+from citerag.settings import load_settings
+from citerag.trace.replay import replay
+
+_index = click.option("--index", "index", metavar="DIR", default=None,
+                      help="Index directory (default ./.citerag, or $CITERAG_HOME).")
+
+
+@click.group("trace")
+def trace_group() -> None:
+    """Traces kept in the index: every query and indexed document, its spans per stage (trace_keep newest)."""
+
+
+@trace_group.command("show")
+@click.argument("trace_id")
+@_index
+@click.option("--json", "as_json", is_flag=True, help="The whole record as JSON.")
+def trace_show(trace_id: str, index: str | None, as_json: bool) -> None:
+    """A kept trace: its operation, options and spans with their timings and attributes."""
+    with Citerag.open(load_settings(index)) as app:
+        record = app.collection().trace(trace_id)
+    if record is None:
+        raise CiteragError(f"no trace {trace_id} in this index")
+    if as_json:
+        click.echo(json.dumps(record, ensure_ascii=False, indent=2))
+        return
+    click.echo(f"trace {record['trace_id']}  {record['operation']}  collection {record['collection']}")
+    click.echo("options: " + json.dumps(record["options"], ensure_ascii=False))
+    if record.get("text_kept"):
+        for key in ("question", "answer"):
+            if record.get(key) is not None:
+                click.echo(f"{key}: {record[key]}")
+    depth: dict[str | None, int] = {}
+    for span in record["spans"]:
+        level = depth.get(span["parent_id"], -1) + 1
+        depth[span["span_id"]] = level
+        click.echo(f"{'  ' * level}{span['name']}  {span['duration_ms']:.1f} ms  {span['status']}")
+        for key, value in span["attributes"].items():
+            click.echo(f"{'  ' * level}  {key} = {json.dumps(value, ensure_ascii=False)}")
+
+
+@click.command("replay")
+@click.argument("trace_id")
+@_index
+def replay_command(trace_id: str, index: str | None) -> None:
+    """Run a kept query again with its options against today's index; print what changed."""
+    with Citerag.open(load_settings(index)) as app:
+        collection = app.collection()
+        record = collection.trace(trace_id)
+        if record is None:
+            raise CiteragError(f"no trace {trace_id} in this index")
+        result = replay(collection, record)
+    for line in result.lines():
+        click.echo(line)

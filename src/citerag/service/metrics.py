@@ -1,0 +1,260 @@
+"""Prometheus metrics of one server: `GET /metrics` in the text exposition format (or OpenMetrics, as asked).
+
+Every app has its own CollectorRegistry (never the process-wide default), so several servers in one process (the
+tests) never collide. What is counted as it happens (requests, stage timings, answers vs refusals, ingest outcomes)
+lives in prometheus_client's own Histogram and Counter; what the core already counts (cache hits and misses per
+level, citation checks) and what the stores hold (documents by status) is read by a Collector at scrape time.
+
+Labels are bounded: a route *template* (never a path with ids), a method, a status class, a stage, a collection
+name (created by an admin), an outcome. No question, query or document text ever reaches a label or a value.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from citerag.app import Citerag, Collection, Outcome
+from citerag.service.errors import ApiError
+from citerag.service.jobs import IngestQueue
+from citerag.types import Answer, SearchResult
+
+log = logging.getLogger("citerag.service")
+
+# Seconds. 2.0 is a bucket edge so that the p95-under-2-s objective (deploy/slo.yaml) is read without interpolation.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+STAGES = ("embed", "retrieve", "rerank", "generate", "total")
+DOCUMENT_STATUSES = ("indexed", "failed", "pending")
+
+# The app whose metrics an open core's answers go to (routes see a Collection, whose .app is the core).
+_BY_CORE: weakref.WeakKeyDictionary[Citerag, Metrics] = weakref.WeakKeyDictionary()
+
+
+class Metrics:
+    """One server's registry and instruments; `bind` connects it to the core and the ingest queue at startup."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Histogram(
+            "citerag_http_request_duration_seconds", "HTTP requests: seconds from request to the response's end.",
+            ["route", "method", "status"], buckets=BUCKETS, registry=self.registry)
+        self.stages = Histogram(
+            "citerag_stage_duration_seconds", "Seconds per pipeline stage of answers and searches.",
+            ["operation", "stage"], buckets=BUCKETS, registry=self.registry)
+        self.answers = Counter("citerag_answers", "Answers given, by outcome: answered or refused (NO ANSWER).",
+                               ["outcome"], registry=self.registry)
+        self.ingest_documents = Counter(
+            "citerag_ingest_documents", "Uploaded documents the ingest queue finished, by outcome.",
+            ["outcome"], registry=self.registry)
+        self.ingest_chunks = Counter("citerag_ingest_chunks", "Chunks stored by the documents the queue indexed.",
+                                     registry=self.registry)
+        self.queue_depth = Gauge("citerag_ingest_queue_depth", "Uploaded documents waiting to be indexed.",
+                                 registry=self.registry)
+        for outcome in ("answered", "refused"):
+            self.answers.labels(outcome)
+        for outcome in ("indexed", "failed", "unchanged"):
+            self.ingest_documents.labels(outcome)
+        for operation, stages in (("ask", STAGES), ("search", ("embed", "retrieve", "rerank"))):
+            for stage in stages:
+                self.stages.labels(operation, stage)
+        self.core: Citerag | None = None
+        self.registry.register(_CoreCollector(self))
+
+    def bind(self, core: Citerag, jobs: IngestQueue) -> None:
+        self.core = core
+        _BY_CORE[core] = self
+        jobs.on_finished = self.ingest_finished
+        self.queue_depth.set_function(jobs.depth)
+
+    # Fed by the routes and the queue.
+    def observe_answer(self, answer: Answer) -> None:
+        self.answers.labels("refused" if answer.refused else "answered").inc()
+        self._stages("ask", answer.timings)
+
+    def observe_search(self, result: SearchResult) -> None:
+        self._stages("search", result.timings)
+
+    def _stages(self, operation: str, timings: dict[str, float]) -> None:
+        for stage, seconds in timings.items():
+            if stage in STAGES:  # a stage added to the core later is not a new label until it is listed here
+                self.stages.labels(operation, stage).observe(seconds)
+
+    def ingest_finished(self, collection: Collection, outcome: Outcome) -> None:
+        self.ingest_documents.labels(outcome.status).inc()
+        if outcome.status == "indexed":
+            doc = collection.document(outcome.document_id)
+            if doc is not None:
+                self.ingest_chunks.inc(doc.chunk_count)
+
+    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+
+def for_core(core: Citerag) -> Metrics | None:
+    return _BY_CORE.get(core)
+
+
+def observe_answer(collection: Collection, answer: Answer) -> None:
+    metrics = for_core(collection.app)
+    if metrics is not None:
+        metrics.observe_answer(answer)
+
+
+def observe_search(collection: Collection, result: SearchResult) -> None:
+    metrics = for_core(collection.app)
+    if metrics is not None:
+        metrics.observe_search(result)
+
+
+def observe_events(collection: Collection, events: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """A streamed answer's events, passed through; the final answer is counted as it goes by."""
+    for kind, value in events:
+        if kind == "answer":
+            observe_answer(collection, value)
+        yield kind, value
+
+
+class _CoreCollector(Collector):
+    """What the core and the stores already know, read at scrape time (nothing is copied between scrapes)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        # name -> (the open collection, its store generation, counts); a collection dropped and created again under
+        # its name is another object, so its counts are never taken for the old one's.
+        self._documents: dict[str, tuple[Collection, int, dict[str, int]]] = {}
+        self._lock = threading.Lock()
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # nothing to check at registration; collect() needs the bound core
+
+    def collect(self) -> Iterable[Metric]:
+        core = self.metrics.core
+        if core is None:
+            return
+        cache = CounterMetricFamily("citerag_cache_requests", "Cache lookups per level, hit or miss.",
+                                    labels=["level", "result"])
+        for (level, result), count in _items(core.cache_counts):
+            cache.add_metric([level, result], count)
+        yield cache
+        for name, value in core.citation_metrics.snapshot().items():
+            if name.endswith("_total"):
+                yield CounterMetricFamily(name.removesuffix("_total"), _CITATION_HELP.get(name, name), value=value)
+            else:
+                yield GaugeMetricFamily(name, _CITATION_HELP.get(name, name), value=value)
+        documents = GaugeMetricFamily("citerag_documents", "Documents per open collection, by status.",
+                                      labels=["collection", "status"])
+        open_now = list(core.collections.items())
+        with self._lock:
+            for gone in set(self._documents) - {name for name, _ in open_now}:
+                del self._documents[gone]
+        for name, collection in open_now:
+            counts = self._counts(name, collection)
+            if counts is not None:
+                for status in DOCUMENT_STATUSES:
+                    documents.add_metric([name, status], counts.get(status, 0))
+        yield documents
+
+    def _counts(self, name: str, collection: Collection) -> dict[str, int] | None:
+        """Counted again only when the store's generation moved (every upload, status change and delete bumps it),
+        so a scrape of an unchanged collection costs one tiny read."""
+        try:
+            generation = collection.store.generation()
+            with self._lock:
+                known = self._documents.get(name)
+            if known is not None and known[0] is collection and known[1] == generation:
+                return known[2]
+            counts: dict[str, int] = {}
+            for doc in collection.documents():
+                counts[doc.status] = counts.get(doc.status, 0) + 1
+        except Exception as exc:  # a collection closed or dropped during the scrape: left out of this one
+            log.debug("metrics: collection %s not counted: %s", name, exc)
+            return None
+        with self._lock:
+            self._documents[name] = (collection, generation, counts)
+        return counts
+
+
+_CITATION_HELP = {
+    "citerag_answers_checked_total": "Answers whose citations were checked.",
+    "citerag_answers_flagged_total": "Flags raised by the citation check.",
+    "citerag_invalid_markers_removed_total": "Citation markers naming no source, removed.",
+    "citerag_unused_sources_total": "Sources given to the generator and not cited.",
+    "citerag_answer_sentences_total": "Sentences in checked answers.",
+    "citerag_cited_sentences_total": "Sentences in checked answers that cite a source.",
+    "citerag_citation_accuracy": "Cited sentences over all sentences of checked answers.",
+    "citerag_citation_accuracy_mean": "Mean per-answer citation accuracy.",
+}
+
+
+def _items(counter: dict[tuple[str, str], int]) -> list[tuple[tuple[str, str], int]]:
+    # The core's Counter is written by request threads without a lock; a copy made while a new key appears
+    # raises RuntimeError, so try again (a key appears once per level and result).
+    for _ in range(5):
+        try:
+            return list(counter.items())
+        except RuntimeError:
+            time.sleep(0)
+    return []
+
+
+class RequestMetrics:
+    """Request latency by route template, method and status class.
+
+    Hand-written because prometheus_client has no ASGI middleware of its own (only the /metrics app). A plain ASGI
+    middleware, not @app.middleware("http"): it sees the status a streamed response starts with and times the
+    response to its last byte; the route template is read from the scope the router filled in.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", None)
+            # Unmatched paths (404s, static files) share one label: a path is never a label value.
+            self.metrics.requests.labels(route if isinstance(route, str) else "other", scope.get("method", ""),
+                                         f"{status // 100}xx").observe(time.perf_counter() - started)
+
+
+router = APIRouter()
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics_endpoint(request: Request) -> Response:
+    """Open without a configured token (nothing here is document text); else `Authorization: Bearer TOKEN`."""
+    token = request.app.state.service.config.metrics_token
+    if token is not None:
+        presented = request.headers.get("authorization", "")
+        scheme, _, value = presented.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+            raise ApiError(401, "the metrics need the metrics token: Authorization: Bearer TOKEN")
+    body, content_type = request.app.state.metrics.exposition(request.headers.get("accept"))
+    return Response(body, media_type=content_type)
