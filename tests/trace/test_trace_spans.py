@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from trace_fixtures import ASKED, NOTES_V1, OFF_TOPIC, open_app
 
-from citerag.app import Citerag, Source
+from citerag.app import Citerag, SearchOptions, Source
 from citerag.trace import OPERATION
 
 
@@ -31,11 +31,13 @@ def test_an_answered_question_has_a_span_per_stage(notes_app: Citerag, exported:
     assert answer.as_json()["trace_id"] == answer.trace_id
     spans = trace_of(exported, answer.trace_id)
     assert set(spans) == {"citerag.ask", "citerag.answer_cache", "citerag.embed_query", "citerag.retrieve",
-                          "citerag.retriever", "citerag.gate", "citerag.cite", "citerag.generate", "citerag.check"}
+                          "citerag.retriever", "citerag.dense", "citerag.gate", "citerag.cite", "citerag.generate",
+                          "citerag.check"}
     root = spans["citerag.ask"]
     assert root.parent is None and attrs(root)[OPERATION] == "ask"
     assert all(s.parent is not None and s.parent.span_id == root.context.span_id  # type: ignore[union-attr]
-               for name, s in spans.items() if name not in ("citerag.ask", "citerag.retriever"))
+               for name, s in spans.items() if name not in ("citerag.ask", "citerag.retriever", "citerag.dense"))
+    assert spans["citerag.dense"].parent.span_id == spans["citerag.retriever"].context.span_id  # type: ignore
     assert spans["citerag.retriever"].parent.span_id == spans["citerag.retrieve"].context.span_id  # type: ignore
     assert attrs(root)["citerag.options.mode"] == "dense" and attrs(root)["citerag.refused"] is False
     assert attrs(spans["citerag.answer_cache"])["citerag.cache.hit"] is False
@@ -90,8 +92,17 @@ def test_a_streamed_answer_and_a_search_are_traced(notes_app: Citerag, exported:
     assert {"citerag.gate", "citerag.generate"} <= set(trace_of(exported, final.trace_id))
     result = notes_app.search("ferry pier")
     spans = trace_of(exported, result.trace_id)  # type: ignore[arg-type]
-    assert set(spans) == {"citerag.search", "citerag.embed_query", "citerag.retrieve", "citerag.retriever"}
+    assert set(spans) == {"citerag.search", "citerag.embed_query", "citerag.retrieve", "citerag.retriever",
+                          "citerag.dense"}
     assert attrs(spans["citerag.search"])["citerag.hits.chunk_ids"] == [h.chunk.id for h in result.hits]
+    # Hybrid: the dense and BM25 rankings and their fusion, each a span with the chunk ids it returned.
+    hybrid = notes_app.search("ferry pier", SearchOptions(mode="hybrid", k=3))
+    stages = trace_of(exported, hybrid.trace_id)  # type: ignore[arg-type]
+    assert {"citerag.dense", "citerag.bm25", "citerag.fusion"} <= set(stages)
+    fused = attrs(stages["citerag.fusion"])["citerag.hits.chunk_ids"]
+    assert fused == [h.chunk.id for h in hybrid.hits] and len(fused) <= 3
+    assert set(fused) <= set(attrs(stages["citerag.dense"])["citerag.hits.chunk_ids"]) | \
+        set(attrs(stages["citerag.bm25"])["citerag.hits.chunk_ids"])
     # The query's vector was embedded for the question above? No: another text, so a miss; now a hit.
     again = notes_app.search("ferry pier")
     assert attrs(trace_of(exported, again.trace_id)["citerag.embed_query"])["citerag.cache.hit"] is True  # type: ignore

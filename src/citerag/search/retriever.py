@@ -9,6 +9,7 @@ import numpy as np
 from citerag.index.base import LexicalIndex, VectorIndex
 from citerag.search.fuse import rrf
 from citerag.store.base import StoreView
+from citerag.trace import tracer
 from citerag.types import Hit
 
 MODES = ("dense", "bm25", "hybrid")
@@ -36,17 +37,21 @@ class Retriever:
             return []
         q = self._embed(query)
         if mode == "dense":
-            ids, scores = vector.search(q, k)
+            ids, scores = _traced("citerag.dense", lambda: vector.search(q, k))
             similarity = scores
         else:
             if mode == "bm25":
-                ids, scores = lexical.search(query, k)
+                ids, scores = _traced("citerag.bm25", lambda: lexical.search(query, k))
             else:
-                dense, _ = vector.search(q, self.fusion_depth)
-                lexical_ids, _ = lexical.search(query, self.fusion_depth)
-                fused = rrf([dense.tolist(), lexical_ids.tolist()], k=self.rrf_k)[:k]
-                ids = np.array([i for i, _ in fused], dtype=np.int64)
-                scores = np.array([s for _, s in fused], dtype=np.float64)
+                dense, _ = _traced("citerag.dense", lambda: vector.search(q, self.fusion_depth))
+                lexical_ids, _ = _traced("citerag.bm25", lambda: lexical.search(query, self.fusion_depth))
+
+                def fuse() -> tuple[np.ndarray, np.ndarray]:
+                    fused = rrf([dense.tolist(), lexical_ids.tolist()], k=self.rrf_k)[:k]
+                    return (np.array([i for i, _ in fused], dtype=np.int64),
+                            np.array([s for _, s in fused], dtype=np.float64))
+
+                ids, scores = _traced("citerag.fusion", fuse)
             # Every hit, BM25-only ones included, gets its exact cosine distance, so the gate treats all alike.
             similarity = vector.similarity(q, ids)
         return hits_from_rows(self.view, [(i, r + 1, s, 1.0 - c) for r, (i, s, c) in
@@ -65,3 +70,12 @@ def hits_from_rows(view: StoreView, rows: Sequence[Sequence[float]]) -> list[Hit
     documents = view.documents({c.document_id for c in chunks.values()})
     return [Hit(chunk=chunks[int(i)], document=documents[chunks[int(i)].document_id], rank=int(rank),
                 score=float(score), cosine_distance=float(distance)) for i, rank, score, distance in rows]
+
+
+def _traced(name: str, stage: Callable[[], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One ranking stage as a span of the query's trace, with the chunk ids and scores it returned."""
+    with tracer.start_as_current_span(name) as span:
+        ids, scores = stage()
+        span.set_attributes({"citerag.hits.count": len(ids), "citerag.hits.chunk_ids": [int(i) for i in ids],
+                             "citerag.hits.scores": [round(float(x), 6) for x in scores]})
+        return ids, scores
