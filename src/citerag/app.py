@@ -499,7 +499,11 @@ class Collection:
             vector = self.app.query_vector(model, query, url, settings.cache_query_ttl, cache)
             span.set_attributes({"citerag.cache.hit": cache.get("query", False), "citerag.embedding_model": model})
         timings["embed"] = time.perf_counter() - started
-        with self._retriever(lambda q: vector if q == query else self.app.query_vector(model, q, url)) as retriever, \
+
+        def embed(text: str) -> np.ndarray:  # the retriever asks for the question just embedded
+            return vector if text == query else self.app.query_vector(model, text, url, settings.cache_query_ttl)
+
+        with self._retriever(embed) as retriever, \
                 tracer.start_as_current_span("citerag.retrieve") as span:
             key = self._key("retrieval", settings, retriever.view.generation, query)
             blob = self.app.cached("retrieval", url, key, settings.cache_retrieval_ttl)

@@ -45,7 +45,8 @@ def read_original(collection: Collection, doc: Document, sha256: str | None = No
         data = path.read_bytes()
     except OSError:
         return None
-    return data if hashlib.sha256(data).hexdigest() == sha else None
+    # An upload's file is named by its hash and written whole (save_original); a file on disk may have changed.
+    return data if uploaded or hashlib.sha256(data).hexdigest() == sha else None
 
 
 def forget_original(collection: Collection, sha256: str) -> None:
