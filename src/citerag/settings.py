@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from citerag.errors import CiteragError
@@ -102,6 +102,12 @@ class Settings(BaseModel):
     # Where the collection's store lives; empty (the default) = sqlite:///<absolute index_dir>, derived at
     # validation, so it stays out of model_fields_set and follows index_dir in with_changes.
     store_url: str = Field(default="", validate_default=True)
+    # PostgreSQL only: searches read from this URL (a streaming replica) while writes go to store_url; empty =
+    # read from store_url too.
+    store_read_url: str = ""
+    # Where uploads are indexed: "thread" (a background thread of the API process) or "procrastinate" (jobs in
+    # the PostgreSQL store's database, run by any number of `citerag worker` processes; needs a postgresql store).
+    queue: str = Field(default="thread", pattern=r"^(thread|procrastinate)$")
 
     @field_validator(*_CHOICES, mode="before")
     @classmethod
@@ -160,6 +166,22 @@ class Settings(BaseModel):
         if sep and scheme in ("postgresql", "postgres"):
             return value
         raise PydanticCustomError("store_url", "expected sqlite:///ABSOLUTE/DIR or postgresql://...")
+
+    @field_validator("store_read_url")
+    @classmethod
+    def _check_store_read_url(cls, value: str) -> str:
+        if value == "" or value.partition("://")[0].lower() in ("postgresql", "postgres"):
+            return value
+        raise PydanticCustomError("store_read_url", "expected empty or postgresql://... (a replica)")
+
+    @model_validator(mode="after")
+    def _postgres_only(self) -> Settings:
+        if self.store_scheme != "postgresql":
+            if self.store_read_url:
+                raise PydanticCustomError("store_read_url", "a read replica needs a postgresql:// store_url")
+            if self.queue == "procrastinate":
+                raise PydanticCustomError("queue", "the procrastinate queue needs a postgresql:// store_url")
+        return self
 
     @property
     def store_scheme(self) -> str:
@@ -224,7 +246,7 @@ def load_settings(index: str | Path | None = None, *, config_file: str | Path | 
         var = ENV_PREFIX + name.upper()
         if var in os.environ:
             values[name] = os.environ[var]
-            where[name] = f"{var}={_redact(os.environ[var]) if name == 'store_url' else os.environ[var]}"
+            where[name] = f"{var}={_redact(os.environ[var]) if name in ('store_url', 'store_read_url') else os.environ[var]}"
 
     for name, value in flags.items():
         if value is not None:
@@ -332,7 +354,7 @@ def _problems(exc: ValidationError, where: dict[str, str]) -> list[str]:
 
 
 def _show(field: str, value: Any) -> str:
-    return repr(_redact(value)) if field == "store_url" and isinstance(value, str) else repr(value)
+    return repr(_redact(value)) if field in ("store_url", "store_read_url") and isinstance(value, str) else repr(value)
 
 
 def _redact(url: str) -> str:
