@@ -98,7 +98,8 @@ class LocalPostgres:
             else:
                 self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres",
                           "-D", str(self.data), "-R", "--wal-method=stream", "--checkpoint=fast")
-        options = ["-c", "listen_addresses=127.0.0.1", "-p", str(self.port), "-c", f"unix_socket_directories={self.folder}",
+        options = ["-c", "listen_addresses=127.0.0.1", "-p", str(self.port),
+                   "-c", f"unix_socket_directories={self.folder}",
                    "-c", "wal_level=replica", "-c", "max_wal_senders=8", "-c", "hot_standby=on",
                    "-c", "max_connections=200", "-c", "fsync=off", "-c", "synchronous_commit=off",
                    "-c", "full_page_writes=off", "-c", "shared_buffers=256MB"]

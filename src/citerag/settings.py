@@ -246,7 +246,8 @@ def load_settings(index: str | Path | None = None, *, config_file: str | Path | 
         var = ENV_PREFIX + name.upper()
         if var in os.environ:
             values[name] = os.environ[var]
-            where[name] = f"{var}={_redact(os.environ[var]) if name in ('store_url', 'store_read_url') else os.environ[var]}"
+            shown = _redact(os.environ[var]) if name in ("store_url", "store_read_url") else os.environ[var]
+            where[name] = f"{var}={shown}"
 
     for name, value in flags.items():
         if value is not None:
