@@ -57,8 +57,7 @@ from citerag.settings import Settings, load_settings, set_in_config_file
 from citerag.store import ChunkStats, Store, open_store_url
 from citerag.trace import OPERATION, configure, current_trace_id, hit_attributes, sink, traced_events, tracer
 from citerag.trace.setup import Sink
-from citerag.trace.store import FILE_NAME as TRACE_FILE
-from citerag.trace.store import TraceStore
+from citerag.trace.store import open_trace_store
 from citerag.types import Answer, Chunk, Document, Extracted, Hit, SearchResult, StoredChunk, answer_from_dict
 
 # What a generator is built from: two collections that agree on these share one (a local LLM loads once).
@@ -347,8 +346,8 @@ class Collection:
         self._accept_lock = threading.Lock()
         self._indexes: SearchIndexes | None = None  # loaded on first use
         self._index_dir = index_dir(settings.sqlite_dir, settings.embedding_model, settings.vector_index)
-        self.traces = TraceStore(settings.sqlite_dir / TRACE_FILE, settings.trace_keep) \
-            if settings.store_scheme == "sqlite" and settings.trace_keep > 0 else None
+        # Traces beside a sqlite store, or in a PostgreSQL store's database through its pool (None: trace_keep 0).
+        self.traces = open_trace_store(settings, store)
 
     @property
     def location(self) -> str:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+from contextlib import closing
+from typing import TYPE_CHECKING
 
 import click
 
 from citerag.catalog import Catalog
 from citerag.errors import CiteragError
-from citerag.settings import load_settings
+from citerag.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from citerag.service.keys import KeyInfo
 
 
 @click.command("serve")
@@ -28,7 +33,6 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
     import uvicorn
 
     from citerag.service.app import create_app
-    from citerag.service.keys import KeyStore
     from citerag.service.state import ServiceConfig
 
     metrics_token = None
@@ -44,7 +48,7 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
     app = create_app(settings, config)
     click.echo(f"citerag serving {settings.index_dir} on http://{host}:{port}/"
                + ("  (no keys: loopback only)" if no_keys else ""), err=True)
-    if not no_keys and not KeyStore(settings.index_dir.expanduser().resolve()).list():
+    if not no_keys and not _keys(settings):
         click.echo("no API keys yet: create one with `citerag keys create --scope admin`", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
 
@@ -60,13 +64,14 @@ def keys_group() -> None:
 @click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
 def keys_create(index: str | None, collection: str | None, scope: str) -> None:
     """Print a new key (once): read = search and ask; write = also upload, replace, delete; admin = all."""
-    from citerag.service.keys import KeyStore
+    from citerag.service.keys import open_key_store
 
     settings = load_settings(index)
     if collection is not None and not Catalog(settings).exists(collection):
         raise CiteragError(f"no collection {collection!r} in {settings.index_dir} "
                            f"(collections: {', '.join(Catalog(settings).names())})")
-    token = KeyStore(settings.index_dir.expanduser().resolve()).create(collection, scope)
+    with closing(open_key_store(settings)) as keys:  # the home's database for a postgresql:// home
+        token = keys.create(collection, scope)
     click.echo(token)
     click.echo(f"{scope} key for {'every collection' if collection is None else f'collection {collection!r}'}; "
                "it is not shown again", err=True)
@@ -76,9 +81,7 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
 @click.option("--index", "index", metavar="DIR", default=None, help="Home index directory (default ./.citerag).")
 def keys_list(index: str | None) -> None:
     """Prefix, collection, scope and creation time of every key (never the key)."""
-    from citerag.service.keys import KeyStore
-
-    for key in KeyStore(load_settings(index).index_dir.expanduser().resolve()).list():
+    for key in _keys(load_settings(index)):
         click.echo(f"crk_{key.prefix}  {key.collection or '*':<20} {key.scope:<6} {key.created_at}")
 
 
@@ -87,8 +90,18 @@ def keys_list(index: str | None) -> None:
 @click.option("--index", "index", metavar="DIR", default=None, help="Home index directory (default ./.citerag).")
 def keys_revoke(prefix: str, index: str | None) -> None:
     """Revoke the key with this prefix (as `keys list` shows it, with or without crk_)."""
-    from citerag.service.keys import KeyStore
+    from citerag.service.keys import open_key_store
 
-    if not KeyStore(load_settings(index).index_dir.expanduser().resolve()).revoke(prefix.removeprefix("crk_")):
+    with closing(open_key_store(load_settings(index))) as keys:
+        revoked = keys.revoke(prefix.removeprefix("crk_"))
+    if not revoked:
         raise CiteragError(f"no key with prefix {prefix}")
     click.echo(f"revoked {prefix}")
+
+
+def _keys(settings: Settings) -> list[KeyInfo]:
+    """The home's keys: HOME/keys.sqlite3, or the database's for a postgresql:// home (the same on every machine)."""
+    from citerag.service.keys import open_key_store
+
+    with closing(open_key_store(settings)) as keys:
+        return keys.list()

@@ -6,13 +6,13 @@ import pytest
 from live import live_server, wait_settled
 from service_fixtures import MIXED, OTHER, Deployment
 
-from citerag.service.keys import KeyStore
+from citerag.keystore.sqlite import SqliteKeyStore
 
 
 @pytest.fixture(scope="session")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     home = tmp_path_factory.mktemp("service-home")
-    keys = KeyStore(home)
+    keys = SqliteKeyStore(home)
     admin = keys.create(None, "admin")
     with live_server(home) as server:
         with server.client(admin) as c:

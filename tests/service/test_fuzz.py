@@ -36,8 +36,8 @@ from schemathesis.core.transport import Response
 from service_fixtures import Deployment
 
 from citerag.extract import supported_suffixes
+from citerag.keystore.sqlite import SqliteKeyStore
 from citerag.service.app import create_app
-from citerag.service.keys import KeyStore
 from citerag.settings import Settings
 from corpus_paths import DATA
 
@@ -222,7 +222,7 @@ VICTIMS = ["scratch-a", "scratch-b"]
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, schemathesis.BaseSchema]]:
     home = tmp_path_factory.mktemp("fuzz-home")
-    admin = KeyStore(home).create(None, "admin")
+    admin = SqliteKeyStore(home).create(None, "admin")
     with live_server(home) as server:
         with server.client(admin) as c:
             for name in VICTIMS:

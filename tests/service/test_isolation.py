@@ -16,8 +16,8 @@ import pytest
 from fastapi.routing import APIRoute
 from service_fixtures import Deployment
 
+from citerag.keystore.sqlite import SqliteKeyStore
 from citerag.service import auth
-from citerag.service.keys import KeyStore
 from corpus_paths import DEV_SET
 
 MIN_LINE = 40  # a line of a default document this long is that document's text, not a common phrase
@@ -240,7 +240,7 @@ def test_every_route_of_another_collection_is_404_and_leaks_nothing(
         deployment: Deployment, default_docs: dict[int, str], secrets: Secrets,
         default_files: dict[str, bytes]) -> None:
     server = deployment.server
-    keys = KeyStore(server.home)
+    keys = SqliteKeyStore(server.home)
     revoked = keys.create("default", "write")
     assert keys.revoke(revoked[len("crk_"):].partition("_")[0])
     before = state(deployment)

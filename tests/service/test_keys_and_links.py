@@ -1,55 +1,186 @@
-"""API keys as stored and checked; the links and marker positions the server writes (no server needed)."""
+"""API keys as stored and checked, on both backends (HOME/keys.sqlite3 and a real PostgreSQL's api_keys); the
+links and marker positions the server writes (no server needed)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
 
+import citerag.keystore as keystore
 from citerag.answer.citations import text_directive, typed_locator
-from citerag.errors import CiteragError
-from citerag.service.keys import KEYS_FILE, KeyStore
+from citerag.errors import CiteragError, StoreUnavailable
+from citerag.keystore.postgres import PostgresKeyStore
+from citerag.keystore.sqlite import KEYS_FILE, SqliteKeyStore
+from citerag.service.keys import KeyStore, open_key_store
 from citerag.service.present import citation_json, markers
+from citerag.settings import Settings
 from citerag.types import Citation
 
 
-def test_a_key_is_shown_once_stored_as_a_hash_scoped_and_revocable(tmp_path: Path) -> None:
-    keys = KeyStore(tmp_path)
+@dataclass
+class Backend:
+    """One key-store backend under test: `open()` is a new store on the same keys (as another process or machine
+    opens them), `rows()` what the database holds."""
+
+    name: str
+    open: Callable[[], KeyStore]
+    rows: Callable[[], list[tuple[Any, ...]]]
+    settings: Settings
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    opened: list[KeyStore] = []
+    if request.param == "sqlite":
+        settings = Settings(index_dir=tmp_path)
+
+        def rows() -> list[tuple[Any, ...]]:
+            return sqlite3.connect(tmp_path / KEYS_FILE).execute("SELECT * FROM keys").fetchall()
+    else:
+        import psycopg
+
+        url = request.getfixturevalue("pg_url")
+        settings = Settings(index_dir=tmp_path, store_url=url)
+
+        def rows() -> list[tuple[Any, ...]]:
+            with psycopg.connect(url) as conn:
+                return conn.execute("SELECT * FROM api_keys").fetchall()
+
+    def open_store() -> KeyStore:
+        opened.append(open_key_store(settings))
+        return opened[-1]
+
+    yield Backend(request.param, open_store, rows, settings)
+    for store in opened:
+        store.close()
+
+
+def test_a_key_is_shown_once_stored_as_a_hash_scoped_and_revocable(backend: Backend) -> None:
+    keys = backend.open()
     token = keys.create("team", "read")
     assert token.startswith("crk_") and len(token) > 40
-    stored = sqlite3.connect(tmp_path / KEYS_FILE).execute("SELECT * FROM keys").fetchall()
+    stored = backend.rows()
     assert len(stored) == 1 and token not in repr(stored) and token.split("_")[2] not in repr(stored)
+    assert hashlib.sha256(token.encode()).hexdigest() in repr(stored)
     who = keys.verify(token)
     assert who is not None and who.collection == "team" and who.sees("team") and not who.sees("other")
+    assert who.key == token.split("_")[1]
     assert who.may("team", "read") and not who.may("team", "write")
     assert keys.verify(token[:-1] + ("A" if token[-1] != "A" else "B")) is None  # one character off
     assert keys.verify("crk_" + token.split("_")[1] + "_guess") is None
-    assert keys.verify("not a key") is None
+    assert keys.verify("not a key") is None and keys.verify("") is None
     admin = keys.verify(keys.create(None, "admin"))
     assert admin is not None and admin.server_admin and admin.sees("anything")
     with pytest.raises(CiteragError, match="server admin"):
         keys.create(None, "read")
+    with pytest.raises(CiteragError, match="scope 'owner'"):
+        keys.create("team", "owner")
     assert keys.revoke(token.split("_")[1]) and keys.verify(token) is None
+    assert not keys.revoke(token.split("_")[1])
+
+
+def test_keys_are_listed_without_the_key_and_shared_by_every_store_on_them(backend: Backend) -> None:
+    first, second = backend.open(), backend.open()  # two API processes (two machines, for PostgreSQL)
+    tokens = [first.create("team", "write"), first.create(None, "admin")]
+    listed = second.list()
+    assert sorted(k.prefix for k in listed) == sorted(t.split("_")[1] for t in tokens)
+    assert {(k.collection, k.scope) for k in listed} == {("team", "write"), (None, "admin")}
+    assert all(k.created_at.endswith("+00:00") for k in listed) and tokens[0] not in repr(listed)
+    assert listed == sorted(listed, key=lambda k: (k.created_at, k.prefix))
+    assert [second.verify(t) is not None for t in tokens] == [True, True]
+    assert second.revoke(tokens[0].split("_")[1]) and first.verify(tokens[0]) is None  # revoked everywhere at once
+
+
+def test_deleting_a_collection_revokes_its_keys_only(backend: Backend) -> None:
+    keys = backend.open()
+    doomed = [keys.create("team", "read"), keys.create("team", "admin")]
+    kept = [keys.create("other", "read"), keys.create(None, "admin")]
+    assert keys.revoke_collection("team") == 2 and keys.revoke_collection("team") == 0
+    assert [keys.verify(t) for t in doomed] == [None, None]
+    assert all(keys.verify(t) is not None for t in kept)
+
+
+def test_a_key_is_compared_in_constant_time_even_when_no_key_has_its_prefix(backend: Backend,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = backend.open()
+    token = keys.create("team", "read")
+    compared: list[tuple[str, str]] = []
+    compare = hmac.compare_digest
+
+    def spy(a: str, b: str) -> bool:
+        compared.append((a, b))
+        return compare(a, b)
+
+    monkeypatch.setattr(keystore.hmac, "compare_digest", spy)
+    assert keys.verify("crk_00000000_" + token.split("_")[2]) is None  # no such prefix
+    assert keys.verify("not a key") is None
+    assert keys.verify(token) is not None
+    assert len(compared) == 3 and all(len(a) == len(b) == 64 for a, b in compared)
+
+
+def test_the_home_store_chooses_where_keys_live(backend: Backend, tmp_path: Path) -> None:
+    keys = backend.open()
+    if backend.name == "sqlite":
+        assert isinstance(keys, SqliteKeyStore) and keys.path == tmp_path / KEYS_FILE
+        assert keys.list() == [] and keys.verify("crk_00000000_x") is None
+        assert not (tmp_path / KEYS_FILE).exists()  # reading creates nothing
+    else:
+        assert isinstance(keys, PostgresKeyStore) and keys.list() == []  # the schema is applied on first use
+        keys.create(None, "admin")
+        assert not (tmp_path / KEYS_FILE).exists()  # nothing on this machine's disk
+
+
+def test_an_unreachable_key_database_is_store_unavailable() -> None:
+    keys = PostgresKeyStore("postgresql://postgres@127.0.0.1:1/nothing", "postgresql://127.0.0.1:1/nothing")
+    with pytest.raises(StoreUnavailable, match="cannot reach the API keys in postgresql://127.0.0.1:1/nothing"):
+        keys.verify("crk_00000000_x")
+    keys.close()
+
+
+def _keys_cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "citerag.cli", "keys", *args, "--index", str(home)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
 def test_keys_cli_creates_lists_and_revokes(tmp_path: Path) -> None:
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "citerag.cli", "keys", *args, "--index", str(tmp_path)],
-                              capture_output=True, text=True, timeout=60)
-
-    missing = cli("create", "--collection", "nope", "--scope", "read")
+    missing = _keys_cli(tmp_path, "create", "--collection", "nope", "--scope", "read")
     assert missing.returncode == 1 and "no collection 'nope'" in missing.stderr and missing.stderr.count("\n") == 1
-    made = cli("create", "--collection", "default", "--scope", "write")
+    made = _keys_cli(tmp_path, "create", "--collection", "default", "--scope", "write")
     token = made.stdout.strip()
     assert made.returncode == 0 and token.startswith("crk_") and "not shown again" in made.stderr
-    listed = cli("list")
+    listed = _keys_cli(tmp_path, "list")
     assert token.split("_")[1] in listed.stdout and token not in listed.stdout and "write" in listed.stdout
-    assert cli("revoke", "crk_" + token.split("_")[1]).returncode == 0
-    assert KeyStore(tmp_path).verify(token) is None
+    assert _keys_cli(tmp_path, "revoke", "crk_" + token.split("_")[1]).returncode == 0
+    assert SqliteKeyStore(tmp_path).verify(token) is None
+
+
+def test_keys_cli_on_a_postgresql_home_serves_every_machine(pg_url: str, tmp_path: Path) -> None:
+    # Two machines: each its own home folder, one database (CITERAG_STORE_URL, as deploy/compose.yaml sets it).
+    env = {"CITERAG_STORE_URL": pg_url}
+    one, two = tmp_path / "one", tmp_path / "two"
+    made = _keys_cli(one, "create", "--scope", "admin", env=env)
+    token = made.stdout.strip()
+    assert made.returncode == 0 and token.startswith("crk_"), made.stderr
+    listed = _keys_cli(two, "list", env=env)
+    assert listed.returncode == 0 and token.split("_")[1] in listed.stdout and token not in listed.stdout
+    with closing(open_key_store(Settings(index_dir=two, store_url=pg_url))) as keys:
+        assert keys.verify(token) is not None
+    assert _keys_cli(two, "revoke", token.split("_")[1], env=env).returncode == 0
+    with closing(open_key_store(Settings(index_dir=one, store_url=pg_url))) as keys:
+        assert keys.verify(token) is None
+    assert not (one / KEYS_FILE).exists() and not (two / KEYS_FILE).exists()
 
 
 def test_text_directive_takes_whole_words_from_each_end_and_escapes_its_syntax() -> None:

@@ -20,7 +20,7 @@ from citerag.app import Citerag
 from citerag.service import errors, metrics
 from citerag.service.blobs import UPLOAD_SCHEME
 from citerag.service.jobs import IngestQueue, Job
-from citerag.service.keys import KeyStore
+from citerag.service.keys import open_key_store
 from citerag.service.routes import answers, collections, documents, pages, traces
 from citerag.service.state import Service, ServiceConfig
 from citerag.settings import Settings
@@ -41,7 +41,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         core = Citerag.open_home(settings)
-        svc = Service(core, KeyStore(settings.index_dir.expanduser().resolve()), IngestQueue(core), config)
+        svc = Service(core, open_key_store(settings), IngestQueue(core), config)
         api.state.service = svc
         api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()
@@ -50,6 +50,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
             yield
         finally:
             svc.jobs.stop()
+            svc.keys.close()
             core.close()
 
     api = FastAPI(title="citerag", version=__version__, lifespan=lifespan,

@@ -1,6 +1,10 @@
-"""The trace store: each collection's recent traces in a small SQLite file beside its store (INDEX/traces.sqlite3),
-bounded to the newest `trace_keep` (the oldest dropped first), so that `GET /v1/traces/{id}`, `citerag trace show`
-and `citerag replay` can read one back.
+"""The trace store: each collection's recent traces, bounded to the newest `trace_keep` (the oldest dropped first),
+so that `GET /v1/traces/{id}`, `citerag trace show` and `citerag replay` can read one back.
+
+Two backends behind `TraceStore`, chosen by the store URL (`open_trace_store`): a small SQLite file beside a
+sqlite:/// store (INDEX/traces.sqlite3, citerag.trace.store_sqlite), or the `traces` table of a postgresql://
+store's database (citerag.trace.store_postgres), where every API process and worker of a collection writes to,
+and reads back from, the same rows: a trace id returned by one process opens on any other.
 
 A row is one operation's trace as JSON (its spans: names, ids, timings, attributes) plus the options that
 replaying it needs (mode, k, threshold, ...). The question and the answer are user data: kept only when the
@@ -11,28 +15,50 @@ cannot be asked again, so replay could not use it anyway; replaying such a trace
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from citerag.trace.setup import OPERATION, span_id_hex, trace_id_hex
 
-FILE_NAME = "traces.sqlite3"
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS traces (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    trace_id TEXT NOT NULL UNIQUE,
-    operation TEXT NOT NULL,
-    started REAL NOT NULL,
-    record TEXT NOT NULL
-)"""
+if TYPE_CHECKING:
+    from citerag.settings import Settings
+
+
+class TraceStore(Protocol):
+    """One collection's kept traces."""
+
+    keep: int
+
+    def write(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
+              texts: dict[str, str] | None = None) -> str:
+        """Keep one operation's trace (its root span last); the oldest beyond `keep` are dropped. Returns its id."""
+        ...
+
+    def get(self, trace_id: str) -> dict[str, Any] | None:
+        """The trace's record, or None (also when no trace was ever kept: reading creates nothing)."""
+        ...
+
+    def count(self) -> int:
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds (a no-op where it borrows its connections)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """What a backend stores for one operation."""
+
+    trace_id: str
+    operation: str | None
+    started: float  # seconds since the epoch
+    record: dict[str, Any]
 
 
 def span_json(span: ReadableSpan) -> dict[str, Any]:
@@ -47,58 +73,41 @@ def span_json(span: ReadableSpan) -> dict[str, Any]:
             "attributes": {k: list(v) if isinstance(v, tuple) else v for k, v in (span.attributes or {}).items()}}
 
 
-class TraceStore:
-    def __init__(self, path: Path, keep: int) -> None:
-        self.path = path
-        self.keep = keep
-        self._lock = threading.Lock()
+def trace_row(spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
+              texts: dict[str, str] | None) -> TraceRow:
+    """One operation's record (its root span last in `spans`), the same whichever backend keeps it."""
+    root = spans[-1]
+    assert root.context is not None
+    trace_id = trace_id_hex(root.context.trace_id)
+    operation = (root.attributes or {}).get(OPERATION)
+    record: dict[str, Any] = {
+        "trace_id": trace_id, "collection": collection, "operation": operation, "options": options,
+        "text_kept": texts is not None, **(texts or {}),
+        "spans": [span_json(s) for s in sorted(spans, key=lambda s: s.start_time or 0)]}
+    return TraceRow(trace_id, None if operation is None else str(operation),
+                    (root.start_time or time.time_ns()) / 1e9, record)
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=10)
-        db.execute(_SCHEMA)
-        return db
 
-    def write(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
-              texts: dict[str, str] | None = None) -> str:
-        """Keep one operation's trace (its root span last); the oldest beyond `keep` are dropped. Returns its id."""
-        root = spans[-1]
-        assert root.context is not None
-        trace_id = trace_id_hex(root.context.trace_id)
-        record: dict[str, Any] = {
-            "trace_id": trace_id, "collection": collection,
-            "operation": (root.attributes or {}).get(OPERATION), "options": options,
-            "text_kept": texts is not None, **(texts or {}),
-            "spans": [span_json(s) for s in sorted(spans, key=lambda s: s.start_time or 0)]}
-        with self._lock, self._connect() as db:
-            db.execute("INSERT OR REPLACE INTO traces (trace_id, operation, started, record) VALUES (?, ?, ?, ?)",
-                       (trace_id, record["operation"], (root.start_time or time.time_ns()) / 1e9,
-                        json.dumps(record, ensure_ascii=False)))
-            db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?", (self.keep,))
-        db.close()
-        return trace_id
+def open_trace_store(settings: Settings, store: object | None = None) -> TraceStore | None:
+    """The trace store of the collection `settings` name; None when it keeps none (trace_keep = 0).
 
-    def get(self, trace_id: str) -> dict[str, Any] | None:
-        """The trace's record, or None (also when no trace was ever kept: reading creates nothing)."""
-        if not self.path.is_file():
-            return None
-        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
-        try:
-            row = db.execute("SELECT record FROM traces WHERE trace_id = ?", (trace_id.lower(),)).fetchone()
-        except sqlite3.OperationalError:  # no table yet
-            return None
-        finally:
-            db.close()
-        record: dict[str, Any] | None = json.loads(row[0]) if row else None
-        return record
+    For a postgresql:// store, pass the collection's open store: its pool and collection id are borrowed (no
+    connections of its own). Without one, the store opens a small pool and finds the collection by name when it
+    first needs it; until the collection exists, nothing is kept and nothing is found.
+    """
+    if settings.trace_keep == 0:
+        return None
+    if settings.store_scheme == "postgresql":
+        from citerag.trace.store_postgres import PostgresTraceStore
 
-    def count(self) -> int:
-        if not self.path.is_file():
-            return 0
-        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
-        try:
-            return int(db.execute("SELECT COUNT(*) FROM traces").fetchone()[0])
-        finally:
-            db.close()
+        pool, collection_id = getattr(store, "pool", None), getattr(store, "collection_id", None)
+        if pool is not None and isinstance(collection_id, int):
+            return PostgresTraceStore(pool, settings.trace_keep, collection_id=collection_id)
+        return PostgresTraceStore.connect(settings.store_url, settings.collection, settings.trace_keep,
+                                          where=settings.safe_url)
+    from citerag.trace.store_sqlite import FILE_NAME, SqliteTraceStore
+
+    return SqliteTraceStore(settings.sqlite_dir / FILE_NAME, settings.trace_keep)
 
 
 def root_span(record: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,93 @@
+"""API keys in the database's `api_keys` table (a postgresql:// home): one set of keys for every API process on
+every machine, so `citerag keys create` anywhere opens all of them and `keys revoke` closes all of them at once.
+See citerag.keystore for the format and the checks, which are the SQLite backend's.
+
+Every read goes to the primary (store_url), never to a replica: a revoked key must stop working everywhere at
+once, not after the replica's lag.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from citerag.errors import CiteragError, StoreUnavailable
+from citerag.keystore import KeyInfo, Principal, check, new_key, token_prefix
+from citerag.store.pg_migrate import migrate
+
+try:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # the [postgres] extra is optional
+    raise CiteragError("keys in PostgreSQL need the extra: pip install 'citerag[postgres]'") from exc
+
+POOL_SIZE = 4  # every request checks a key: a few connections per process, not one per request
+CONNECT_TIMEOUT_S = 10
+
+
+class PostgresKeyStore:
+    def __init__(self, url: str, where: str = "the key database") -> None:
+        self.url = url
+        self.where = where  # what messages name: the URL without its password
+        self._pool: ConnectionPool[Any] | None = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> ConnectionPool[Any]:
+        """The pool, opened on first use after applying the schema (idempotent: one advisory-locked check)."""
+        with self._lock:
+            if self._pool is None:
+                with psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+                    migrate(conn)
+                self._pool = ConnectionPool(self.url, min_size=1, max_size=POOL_SIZE, open=True,
+                                            name="citerag-keys", timeout=CONNECT_TIMEOUT_S,
+                                            kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "autocommit": True})
+            return self._pool
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with self._open().connection() as conn, conn.transaction():
+                yield conn
+        except psycopg.OperationalError as exc:
+            # A 503 from the service, as for the store: the database, not the key, is the problem.
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreUnavailable(f"cannot reach the API keys in {self.where}: {first}") from exc
+
+    def create(self, collection: str | None, scope: str) -> str:
+        key = new_key(collection, scope)
+        with self._transaction() as conn:
+            conn.execute("INSERT INTO api_keys (prefix, digest, collection, scope, created_at)"
+                         " VALUES (%s, %s, %s, %s, %s)",
+                         (key.prefix, key.digest, key.collection, key.scope, key.created_at))
+        return key.token
+
+    def list(self) -> list[KeyInfo]:
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT prefix, collection, scope, created_at FROM api_keys"
+                                " ORDER BY created_at, prefix").fetchall()
+        return [KeyInfo(*row) for row in rows]
+
+    def revoke(self, prefix: str) -> bool:
+        with self._transaction() as conn:
+            return conn.execute("DELETE FROM api_keys WHERE prefix = %s", (prefix,)).rowcount > 0
+
+    def revoke_collection(self, collection: str) -> int:
+        with self._transaction() as conn:
+            return conn.execute("DELETE FROM api_keys WHERE collection = %s", (collection,)).rowcount
+
+    def verify(self, token: str) -> Principal | None:
+        prefix = token_prefix(token)
+        row = None
+        if prefix:
+            with self._transaction() as conn:
+                row = conn.execute("SELECT digest, collection, scope FROM api_keys WHERE prefix = %s",
+                                   (prefix,)).fetchone()
+        return check(token, row)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None

@@ -1,0 +1,135 @@
+"""Traces in the `traces` table of a postgresql:// store's database: one table for every collection (each row
+names its collection_id), written by every API process and worker, so a trace id from any of them opens on any
+other. See citerag.trace.store.
+
+Reads and writes go to the primary, never to a replica: a client reads a trace back by the id its request just
+returned, before a replica may have replayed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from citerag.errors import CiteragError, StoreUnavailable
+from citerag.store.pg_migrate import migrate
+from citerag.trace.store import trace_row
+
+try:
+    import psycopg
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # the [postgres] extra is optional
+    raise CiteragError("traces in PostgreSQL need the extra: pip install 'citerag[postgres]'") from exc
+
+# pg_try_advisory_xact_lock(_PRUNE_LOCK, collection_id): one writer per collection prunes at a time; the others
+# skip pruning (the next write prunes), so concurrent writers never wait on, or deadlock over, the same old rows.
+_PRUNE_LOCK = 0x74726163  # "trac"
+POOL_SIZE = 2  # only without a store to borrow from
+CONNECT_TIMEOUT_S = 10
+
+
+def _no_nul(value: Any) -> Any:
+    """JSONB refuses U+0000 in a string (a question may carry one): replaced by U+FFFD, the rest unchanged."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_no_nul(k): _no_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nul(v) for v in value]
+    return value
+
+
+class PostgresTraceStore:
+    """One collection's traces. `pool` is normally the collection's PostgresStore pool (borrowed, not closed)."""
+
+    def __init__(self, pool: ConnectionPool[Any], keep: int, *, collection_id: int | None = None,
+                 collection: str = "", owns_pool: bool = False, where: str = "the trace database") -> None:
+        if collection_id is None and not collection:
+            raise CiteragError("a PostgreSQL trace store needs a collection id or a collection name")
+        self.pool = pool
+        self.keep = keep
+        self.collection_id = collection_id
+        self.collection = collection
+        self._owns_pool = owns_pool
+        self._where = where
+
+    @classmethod
+    def connect(cls, url: str, collection: str, keep: int, where: str = "the trace database") -> PostgresTraceStore:
+        """A store with its own small pool, the schema applied, finding `collection` by name when first used."""
+        try:
+            with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+                migrate(conn)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"cannot reach the traces in {where}: {_first_line(exc)}") from exc
+        pool: ConnectionPool[Any] = ConnectionPool(
+            url, min_size=1, max_size=POOL_SIZE, open=True, name="citerag-traces", timeout=CONNECT_TIMEOUT_S,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "autocommit": True})
+        return cls(pool, keep, collection=collection, owns_pool=True, where=where)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"cannot reach the traces in {self._where}: {_first_line(exc)}") from exc
+
+    def _collection_id(self, conn: psycopg.Connection[Any]) -> int | None:
+        """The collection's row id; None while no row exists (the store creates it, not the trace store)."""
+        if self.collection_id is None:
+            row = conn.execute("SELECT id FROM collections WHERE name = %s", (self.collection,)).fetchone()
+            self.collection_id = int(row[0]) if row else None
+        return self.collection_id
+
+    def write(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
+              texts: dict[str, str] | None = None) -> str:
+        row = trace_row(spans, options, collection, texts)
+        with self._transaction() as conn:
+            collection_id = self._collection_id(conn)
+            if collection_id is None:
+                return row.trace_id
+            # Written again (the same trace id): it becomes the newest, as SQLite's INSERT OR REPLACE makes it.
+            conn.execute(
+                "INSERT INTO traces (collection_id, trace_id, operation, started, record)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id, trace_id) DO UPDATE SET seq = DEFAULT,"
+                " operation = EXCLUDED.operation, started = EXCLUDED.started, record = EXCLUDED.record",
+                (collection_id, row.trace_id, row.operation, row.started, Jsonb(_no_nul(row.record))))
+            locked = conn.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", (_PRUNE_LOCK, collection_id)).fetchone()
+            if locked and locked[0]:
+                # The keep-th newest row's seq bounds what stays (seq is shared by every collection: not a count).
+                conn.execute(
+                    "DELETE FROM traces WHERE collection_id = %s AND seq < (SELECT seq FROM traces"
+                    " WHERE collection_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1)",
+                    (collection_id, collection_id, self.keep - 1))
+        return row.trace_id
+
+    def get(self, trace_id: str) -> dict[str, Any] | None:
+        with self._transaction() as conn:
+            collection_id = self._collection_id(conn)
+            if collection_id is None:
+                return None
+            found = conn.execute("SELECT record FROM traces WHERE collection_id = %s AND trace_id = %s",
+                                 (collection_id, trace_id.lower())).fetchone()
+        record: dict[str, Any] | None = found[0] if found else None
+        return record
+
+    def count(self) -> int:
+        with self._transaction() as conn:
+            collection_id = self._collection_id(conn)
+            if collection_id is None:
+                return 0
+            found = conn.execute("SELECT count(*) FROM traces WHERE collection_id = %s", (collection_id,)).fetchone()
+        return int(found[0]) if found else 0
+
+    def close(self) -> None:
+        if self._owns_pool:
+            self.pool.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
