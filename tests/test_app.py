@@ -318,7 +318,7 @@ def test_ingest_saves_the_search_indexes_a_fresh_process_opens(built: Citerag, t
     shutil.copytree(folder, copy)
     reader = Citerag.open(Settings(index_dir=copy))
     got = [(c.source_path, c.start) for c in reader.search(query, SearchOptions(mode="hybrid", k=8)).citations]
-    indexes = reader.collection()._indexes
+    indexes = reader.collection().search_backend.indexes  # type: ignore[attr-defined]
     assert indexes is not None and indexes.token == manifest["token"]  # loaded, not rebuilt and saved anew
     assert got == want and len(want) == 8
     reader.close()

@@ -34,11 +34,9 @@ import numpy as np
 from citerag.answer.check import CitationMetrics
 from citerag.answer.generators.base import Generator, GeneratorError
 from citerag.cache import Cache, open_cache
-from citerag.catalog import Catalog
-from citerag.errors import CiteragError, StoreUnavailable
-from citerag.index.sync import IndexLockTimeout, SearchIndexes, index_dir
-from citerag.index.sync import load as load_indexes
-from citerag.index.sync import persist as persist_indexes
+from citerag.catalog import Catalog, open_catalog
+from citerag.errors import CiteragError
+from citerag.index import open_search
 from citerag.ingest import (
     Discovered,
     Indexer,
@@ -139,7 +137,8 @@ def check_text(text: str, what: str) -> str:
 
 
 def _open_store(settings: Settings, create: bool) -> Store:
-    return open_store_url(settings.store_url, create=create)
+    return open_store_url(settings.store_url, create=create, collection=settings.collection,
+                          read_url=settings.store_read_url)
 
 
 class EmptyCollection(CiteragError):
@@ -178,7 +177,7 @@ class Citerag:
         """A server's application: the home collection (the index folder) and every collection created beside it,
         each opened when first used."""
         app = cls()
-        app.catalog = Catalog(settings)
+        app.catalog = open_catalog(settings)
         app.open_collection(settings, create=True)
         return app
 
@@ -341,11 +340,9 @@ class Collection:
         self.name = settings.collection
         self.store = store
         self.indexer = Indexer(store, settings, lambda: app.encoder(settings.embedding_model))
-        self._search_lock = threading.Lock()
         self.write_lock = threading.Lock()  # a server's writers to this collection take turns (indexing, deleting)
         self._accept_lock = threading.Lock()
-        self._indexes: SearchIndexes | None = None  # loaded on first use
-        self._index_dir = index_dir(settings.sqlite_dir, settings.embedding_model, settings.vector_index)
+        self.search_backend = open_search(settings)
         # Traces beside a sqlite store, or in a PostgreSQL store's database through its pool (None: trace_keep 0).
         self.traces = open_trace_store(settings, store)
 
@@ -434,38 +431,22 @@ class Collection:
         snapshot = self.store.snapshot(self.settings.embedding_model)
         return list(snapshot.chunks), dict(snapshot.documents)
 
-    def _search_indexes(self) -> SearchIndexes:
-        if self._indexes is None:
-            self._indexes = load_indexes(self._index_dir, self.settings.embedding_model, self.settings.vector_index)
-        return self._indexes
-
     def persist_indexes(self) -> None:
-        """Save the search indexes at the store's generation, so the next process opens them without rebuilding.
-
-        Called after every write; a failure here loses nothing (the store has committed, and any process
-        catches up from its change log), so it is logged, not raised."""
-        with self._search_lock:
-            try:
-                self._indexes = persist_indexes(self._search_indexes(), self.store)
-            except (OSError, IndexLockTimeout, StoreUnavailable) as exc:
-                log.warning("search indexes in %s not saved (%s): they catch up from the store instead",
-                            self._index_dir, getattr(exc, "strerror", None) or exc)
+        """After every write: the search indexes made durable for the next process (embedded store: saved beside
+        it; a server store wrote them in the write's own transaction). Never raises: nothing is lost."""
+        self.search_backend.persist(self.store)
 
     @contextmanager
     def _retriever(self, embed: Callable[[str], np.ndarray] | None = None) -> Iterator[Retriever]:
-        """A retriever over indexes caught up to one store view; hits and texts come from that view.
-
-        One search at a time per collection: catching up mutates the indexes, and a scan takes milliseconds."""
+        """A retriever over indexes as of one store view; hits and texts come from that view."""
         model = self.settings.embedding_model
         rebuilt = False
-        with self._search_lock, self.store.view() as view:
-            indexes = self._search_indexes()
-            applied = indexes.catch_up(view)
-            rebuilt = applied < 0
-            if applied and (excluded := view.excluded_documents(model)):
+        with self.store.view() as view, self.search_backend.open(view) as indexes:
+            rebuilt = indexes.applied < 0
+            if indexes.applied and (excluded := view.excluded_documents(model)):
                 log.warning("%d document(s) indexed with another embedding model are not searched; run "
                             "`citerag reindex --stale`", excluded)
-            if not len(indexes):
+            if indexes.empty:
                 if view.excluded_documents(model):
                     raise EmptyCollection(f"no documents in {self.location} were indexed with {model}: "
                                           "run `citerag reindex --stale`")

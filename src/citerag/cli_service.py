@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from citerag.catalog import Catalog
+from citerag.catalog import open_catalog
 from citerag.errors import CiteragError
 from citerag.settings import Settings, load_settings
 
@@ -67,9 +67,9 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
     from citerag.service.keys import open_key_store
 
     settings = load_settings(index)
-    if collection is not None and not Catalog(settings).exists(collection):
+    if collection is not None and not open_catalog(settings).exists(collection):
         raise CiteragError(f"no collection {collection!r} in {settings.index_dir} "
-                           f"(collections: {', '.join(Catalog(settings).names())})")
+                           f"(collections: {', '.join(open_catalog(settings).names())})")
     with closing(open_key_store(settings)) as keys:  # the home's database for a postgresql:// home
         token = keys.create(collection, scope)
     click.echo(token)

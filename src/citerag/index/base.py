@@ -8,12 +8,14 @@ at a time. Rows are an index's own layout (appended, tombstoned, compacted); cal
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from citerag.store.base import ChunkBatch
+from citerag.store.base import ChunkBatch, Store, StoreView
 
 
 class VectorIndex(Protocol):
@@ -61,6 +63,29 @@ class LexicalIndex(Protocol):
         ...
 
     def save(self, directory: Path) -> dict[str, Any]: ...
+
+
+@dataclass
+class SearchPair:
+    """A collection's two indexes as one search sees them: `empty` when no chunk of the model is searchable;
+    `applied` is how many documents were caught up for it (-1: rebuilt from the whole store)."""
+
+    vector: VectorIndex | None
+    lexical: LexicalIndex
+    empty: bool
+    applied: int = 0
+
+
+class SearchBackend(Protocol):
+    """Where a collection's indexes live: files beside an embedded store, or tables in a server store."""
+
+    def open(self, view: StoreView) -> AbstractContextManager[SearchPair]:
+        """The indexes as of the view's commit, for one search."""
+        ...
+
+    def persist(self, store: Store) -> None:
+        """After a write: make what the write changed durable for the next process (never raises)."""
+        ...
 
 
 class Rows:

@@ -33,7 +33,7 @@ class Retriever:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         vector, lexical = self.vector, self.lexical
-        if vector is None or not len(vector):
+        if vector is None:  # nothing indexed yet (the collection checks emptiness before it searches)
             return []
         q = self._embed(query)
         if mode == "dense":

@@ -1,6 +1,7 @@
-"""Where a server's collections live: the home collection is the index folder itself (what the CLI's `--index DIR`
-ingests into), every other one a folder under HOME/collections/ with its own store and its own config.toml
-(threshold, strategy, mode...). Creating a collection writes its settings; deleting one removes its folder.
+"""Collections of an embedded (SQLite) home: the home collection is the index folder itself (what the CLI's
+`--index DIR` ingests into), every other one a folder under HOME/collections/ with its own store and its own
+config.toml (threshold, strategy, mode...). Creating a collection writes its settings; deleting one removes its
+folder.
 """
 
 from __future__ import annotations
@@ -8,16 +9,12 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from citerag.catalog.base import check_changes
 from citerag.errors import CiteragError
 from citerag.settings import CONFIG_NAME, Settings, load_settings, set_in_config_file, sqlite_url
 
-# What an API client may set on a collection it creates: retrieval and the refusal rule. Not the generator's
-# endpoint or model path: those are the operator's (a client could otherwise point the server at any host).
-CLIENT_SETTINGS = ("threshold", "max_sources", "mode", "k", "rrf_k", "strategy", "target", "overlap",
-                   "vector_index")
 
-
-class Catalog:
+class FolderCatalog:
     def __init__(self, home: Settings) -> None:
         self.home = home
         self.root = home.index_dir.expanduser().resolve() / "collections"
@@ -36,18 +33,12 @@ class Catalog:
         if not self.exists(name):
             raise CiteragError(f"no collection {name!r}")
         # Each collection its own store: a CITERAG_STORE_URL meant for the home collection must not apply here.
-        # (A PostgreSQL home will name collections inside one database; see the production-backends issue.)
         return load_settings(self.root / name, collection=name, store_url=sqlite_url(self.root / name))
 
     def create(self, name: str, changes: dict[str, Any]) -> Settings:
         if self.exists(name):
             raise CiteragError(f"collection {name!r} already exists")
-        unknown = sorted(set(changes) - set(CLIENT_SETTINGS))
-        if unknown:
-            raise CiteragError(f"settings {', '.join(unknown)} cannot be set on a collection "
-                               f"(allowed: {', '.join(CLIENT_SETTINGS)})")
-        # Validated as a whole (name pattern, overlap < target) before anything is written.
-        Settings.model_validate({"index_dir": self.root / name, "collection": name, **changes})
+        check_changes(self.home, name, changes)
         folder = self.root / name
         folder.mkdir(parents=True, exist_ok=True)
         # config.toml marks the folder as a collection; the store itself is created when it is first opened.

@@ -1,0 +1,66 @@
+"""Collections of a PostgreSQL home: rows of `collections` in the store's database, each with the settings a
+client gave it (JSON); every other setting is the home's (the operator's). The home collection is the one the
+home settings name; the others are created and deleted through the API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from citerag.catalog.base import check_changes
+from citerag.errors import CiteragError
+from citerag.settings import Settings
+
+
+class PostgresCatalog:
+    def __init__(self, home: Settings) -> None:
+        from citerag.store.postgres import PostgresStore
+
+        self.home = home
+        # Opening the home store applies the schema and makes sure the home collection exists.
+        PostgresStore(home.store_url, home.collection, create=True).close()
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        from citerag.store.postgres import CONNECT_TIMEOUT_S
+
+        with psycopg.connect(self.home.store_url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+            return conn.execute(sql, args).fetchall()  # type: ignore[arg-type]
+
+    def names(self) -> list[str]:
+        others = [r[0] for r in self._rows("SELECT name FROM collections WHERE name <> %s ORDER BY name",
+                                           (self.home.collection,))]
+        return [self.home.collection, *others]
+
+    def exists(self, name: str) -> bool:
+        return name == self.home.collection or bool(self._rows("SELECT 1 FROM collections WHERE name = %s", (name,)))
+
+    def settings(self, name: str) -> Settings:
+        if name == self.home.collection:
+            return self.home
+        rows = self._rows("SELECT settings FROM collections WHERE name = %s", (name,))
+        if not rows:
+            raise CiteragError(f"no collection {name!r}")
+        return self.home.with_changes(collection=name, **rows[0][0])
+
+    def create(self, name: str, changes: dict[str, Any]) -> Settings:
+        check_changes(self.home, name, changes)
+        created = self._rows("INSERT INTO collections (name, settings) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING"
+                             " RETURNING id", (name, json.dumps(changes)))
+        if not created:
+            raise CiteragError(f"collection {name!r} already exists")
+        return self.settings(name)
+
+    def delete(self, name: str) -> None:
+        from citerag.store.postgres import PostgresStore
+
+        if name == self.home.collection:
+            raise CiteragError(f"the home collection {name!r} cannot be deleted")
+        if not self.exists(name):
+            raise CiteragError(f"no collection {name!r}")
+        store = PostgresStore(self.home.store_url, name)
+        try:
+            store.drop_collection()
+        finally:
+            store.close()

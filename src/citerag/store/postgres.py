@@ -1,0 +1,413 @@
+"""The shared backend: PostgreSQL with pgvector, selected by `store_url = postgresql://...`.
+
+One database holds many collections; each store object is one collection (a row of `collections`) and every
+statement names its `collection_id`. A document's rows (document, chunks, vectors, postings, change-log entry,
+generation) change in one transaction, so a reader, on the primary or on a streaming replica that replays the
+WAL commit by commit, sees a document whole or not at all.
+
+The search indexes live in the same database (citerag.index.pgvector, citerag.index.pg_bm25): the store writes
+them inside its own transaction, and a search reads them inside one REPEATABLE READ transaction (`view()`),
+from `read_url` (a replica) when one is set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from citerag.errors import CiteragError, StoreUnavailable
+from citerag.store.base import ChunkBatch, ChunkStats, Snapshot
+from citerag.store.pg_migrate import LATEST, applied_version, migrate
+from citerag.types import Chunk, Document, Locator, StoredChunk
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # the [postgres] extra is optional
+    raise CiteragError("the PostgreSQL backend needs its extra: pip install 'citerag[postgres]'") from exc
+
+POOL_SIZE = 8  # connections per pool and process: an API process answers from a thread pool
+CONNECT_TIMEOUT_S = 10.0
+
+_DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at"
+
+# Failures of the environment rather than of a document: no server, no connection, disk full, too many
+# connections, a server shutting down, a read-only (replica) server. SQLSTATE classes 08, 53, 57P and 25006.
+_ENVIRONMENT = (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _document(row: Sequence[Any]) -> Document:
+    return Document(id=row[0], source_path=row[1], name=row[2], title=row[3], sha256=row[4], status=row[5],
+                    error=row[6], warnings=list(row[7]), chunk_count=row[8], stamps=dict(row[9]),
+                    updated_at=row[10])
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    from pgvector.psycopg import register_vector
+
+    register_vector(conn)
+
+
+def _configure_reader(conn: psycopg.Connection[Any]) -> None:
+    _configure(conn)
+    # Every statement of a view sees one snapshot; read only, so it runs on a hot standby too.
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+
+
+def redact(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    auth, at, host = rest.rpartition("@")
+    if not at or ":" not in auth:
+        return url
+    return f"{scheme}{sep}{auth.partition(':')[0]}:***@{host}"
+
+
+class PostgresView:
+    """One REPEATABLE READ, read-only transaction (see Store.view); `conn` and `collection_id` are what the
+    database-resident search indexes need to search inside it."""
+
+    def __init__(self, conn: psycopg.Connection[Any], collection_id: int) -> None:
+        self.conn = conn
+        self.collection_id = collection_id
+        row = conn.execute("SELECT generation FROM collections WHERE id = %s", (collection_id,)).fetchone()
+        if row is None:
+            raise CiteragError("the collection was deleted")
+        self.generation = int(row[0])
+
+    def changed_documents(self, since: int) -> list[int] | None:
+        return [r[0] for r in self.conn.execute(
+            "SELECT DISTINCT document_id FROM changes WHERE collection_id = %s AND generation > %s"
+            " ORDER BY document_id", (self.collection_id, since))]
+
+    def indexed_chunks(self, embedding_model: str, document_ids: Sequence[int] | None = None,
+                       batch: int = 20_000) -> Iterator[ChunkBatch]:
+        sql = ("SELECT c.id, c.document_id, c.text, v.embedding FROM chunks c"
+               " JOIN documents d ON d.id = c.document_id"
+               " JOIN chunk_vectors v ON v.collection_id = c.collection_id AND v.chunk_id = c.id"
+               " WHERE c.collection_id = %s AND d.status = 'indexed' AND d.stamps->>'embedding_model' = %s")
+        args: list[Any] = [self.collection_id, embedding_model]
+        if document_ids is not None:
+            sql += " AND c.document_id = ANY(%s)"
+            args.append(list(document_ids))
+        with self.conn.cursor(name="indexed_chunks") as cursor:  # server-side: a million rows never all in memory
+            cursor.execute(sql + " ORDER BY c.id", args)
+            while rows := cursor.fetchmany(batch):
+                yield ChunkBatch(ids=np.array([r[0] for r in rows], dtype=np.int64),
+                                 document_ids=np.array([r[1] for r in rows], dtype=np.int64),
+                                 texts=[r[2] for r in rows],
+                                 vectors=np.stack([_array(r[3]) for r in rows]))
+
+    def chunks(self, ids: Iterable[int]) -> dict[int, StoredChunk]:
+        rows = self.conn.execute(
+            "SELECT id, document_id, ordinal, text, content, section, start_offset, end_offset FROM chunks"
+            " WHERE collection_id = %s AND id = ANY(%s)", (self.collection_id, list(ids))).fetchall()
+        return {r[0]: StoredChunk(*r) for r in rows}
+
+    def documents(self, ids: Iterable[int]) -> dict[int, Document]:
+        out: dict[int, Document] = {}
+        for row in self.conn.execute(f"SELECT {_DOC_COLUMNS}, locators FROM documents"
+                                     " WHERE collection_id = %s AND id = ANY(%s)", (self.collection_id, list(ids))):
+            doc = _document(row)
+            doc.locators = [Locator.from_json(d) for d in row[-1]]
+            out[doc.id] = doc
+        return out
+
+    def texts(self, ids: Iterable[int]) -> dict[int, str]:
+        return {r[0]: r[1] for r in self.conn.execute(
+            "SELECT id, canonical_text FROM documents WHERE collection_id = %s AND id = ANY(%s)"
+            " AND canonical_text IS NOT NULL", (self.collection_id, list(ids)))}
+
+    def excluded_documents(self, embedding_model: str) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM documents WHERE collection_id = %s AND status = 'indexed'"
+            " AND stamps->>'embedding_model' IS DISTINCT FROM %s", (self.collection_id, embedding_model)
+        ).fetchone()[0])  # type: ignore[index]
+
+
+class PostgresStore:
+    """One collection in a PostgreSQL database (see the module docstring)."""
+
+    def __init__(self, url: str, collection: str = "default", create: bool = False, read_url: str = "") -> None:
+        self.url = url
+        self.collection = collection
+        self._where = redact(url)
+        self._closed = False
+        try:
+            with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+                self._upgrade(conn)
+                self.collection_id = self._collection_id(conn, create)
+        except _ENVIRONMENT as exc:
+            raise StoreUnavailable(f"cannot open the store at {self._where}: {_first_line(exc)}") from exc
+        # Autocommit connections: every transaction is an explicit `conn.transaction()` block, which begins with
+        # the connection's isolation level and read-only flag (set for readers in _configure_reader).
+        options = {"connect_timeout": CONNECT_TIMEOUT_S, "autocommit": True}
+        self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, configure=_configure, open=True,
+                                   name="citerag-write", kwargs=options, timeout=CONNECT_TIMEOUT_S)
+        self.read_pool = ConnectionPool(read_url or url, min_size=1, max_size=POOL_SIZE,
+                                        configure=_configure_reader, open=True, name="citerag-read",
+                                        kwargs=options, timeout=CONNECT_TIMEOUT_S)
+
+    def _upgrade(self, conn: psycopg.Connection[Any]) -> None:
+        found = applied_version(conn)
+        if found > LATEST:
+            raise CiteragError(f"the database at {self._where} has schema version {found}, this citerag knows up "
+                               f"to {LATEST}: upgrade citerag")
+        if found < LATEST:
+            migrate(conn)
+
+    def _collection_id(self, conn: psycopg.Connection[Any], create: bool) -> int:
+        row = conn.execute("SELECT id FROM collections WHERE name = %s", (self.collection,)).fetchone()
+        if row is None and create:
+            conn.execute("INSERT INTO collections (name) VALUES (%s) ON CONFLICT (name) DO NOTHING",
+                         (self.collection,))
+            row = conn.execute("SELECT id FROM collections WHERE name = %s", (self.collection,)).fetchone()
+        if row is None:
+            raise CiteragError(f"no collection {self.collection!r} in {self._where}: run `citerag ingest PATH` "
+                               "first")
+        return int(row[0])
+
+    def close(self) -> None:
+        self._closed = True
+        self.pool.close()
+        self.read_pool.close()
+
+    # Transactions
+    @contextmanager
+    def _environment(self, doing: str) -> Iterator[None]:
+        if self._closed:
+            raise CiteragError(f"the store of collection {self.collection!r} at {self._where} was closed")
+        try:
+            yield
+        except _ENVIRONMENT as exc:
+            raise StoreUnavailable(f"cannot {doing} the store at {self._where}: {_first_line(exc)}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[psycopg.Connection[Any]]:
+        """One write transaction, rolled back whole on any error."""
+        with self._environment("write"), self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[psycopg.Connection[Any]]:
+        """Reads of the primary (status, documents): what was just written, never a replica's lag."""
+        with self._environment("read"), self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def _bump(self, conn: psycopg.Connection[Any], doc_id: int) -> None:
+        """Next generation and its change-log row. The row lock on the collection serialises its writers, so
+        generations are gapless and in commit order."""
+        row = conn.execute("UPDATE collections SET generation = generation + 1 WHERE id = %s RETURNING generation",
+                           (self.collection_id,)).fetchone()
+        if row is None:
+            raise CiteragError(f"collection {self.collection!r} was deleted")
+        conn.execute("INSERT INTO changes (collection_id, generation, document_id) VALUES (%s, %s, %s)",
+                     (self.collection_id, row[0], doc_id))
+
+    def _indexes(self, conn: psycopg.Connection[Any], model: str) -> tuple[Any, Any]:
+        from citerag.index.pg_bm25 import PgBm25Index
+        from citerag.index.pgvector import PgVectorIndex
+
+        return PgVectorIndex(conn, self.collection_id, model), PgBm25Index(conn, self.collection_id, model)
+
+    def _drop_version(self, conn: psycopg.Connection[Any], doc_id: int) -> None:
+        """Remove a document's chunks and its rows in every search index (whatever model indexed it)."""
+        models = [r[0] for r in conn.execute(
+            "SELECT DISTINCT model FROM chunk_vectors WHERE collection_id = %s AND document_id = %s"
+            " UNION SELECT DISTINCT model FROM lexical_chunks WHERE collection_id = %s AND document_id = %s",
+            (self.collection_id, doc_id, self.collection_id, doc_id))]
+        for model in models:
+            for index in self._indexes(conn, model):
+                index.remove_documents([doc_id])
+        conn.execute("DELETE FROM chunks WHERE collection_id = %s AND document_id = %s", (self.collection_id, doc_id))
+
+    # Reading
+    def _documents(self, where: str, args: tuple[Any, ...], locators: bool = False) -> list[Document]:
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT {_DOC_COLUMNS}, locators FROM documents WHERE collection_id = %s {where}",
+                                (self.collection_id, *args)).fetchall()
+        out = []
+        for row in rows:
+            doc = _document(row)
+            if locators:
+                doc.locators = [Locator.from_json(d) for d in row[-1]]
+            out.append(doc)
+        return out
+
+    def documents(self) -> list[Document]:
+        return self._documents("ORDER BY source_path", ())
+
+    def document(self, doc_id: int) -> Document | None:
+        found = self._documents("AND id = %s", (doc_id,), locators=True)
+        return found[0] if found else None
+
+    def document_by_path(self, source_path: str) -> Document | None:
+        found = self._documents("AND source_path = %s", (source_path,))
+        return found[0] if found else None
+
+    def locators(self, doc_id: int) -> list[Locator]:
+        doc = self.document(doc_id)
+        return doc.locators if doc else []
+
+    def canonical_text(self, doc_id: int) -> str:
+        with self._read() as conn:
+            row = conn.execute("SELECT canonical_text FROM documents WHERE collection_id = %s AND id = %s",
+                               (self.collection_id, doc_id)).fetchone()
+        if row is None or row[0] is None:
+            raise CiteragError(f"document {doc_id} has no indexed text")
+        return str(row[0])
+
+    def chunk_stats(self) -> dict[int, ChunkStats]:
+        out: dict[int, ChunkStats] = {}
+        with self._read() as conn:
+            rows = conn.execute("SELECT document_id, tokens, header_tokens FROM chunks WHERE collection_id = %s"
+                                " ORDER BY document_id, ordinal", (self.collection_id,)).fetchall()
+        for doc_id, tokens, header in rows:
+            stats = out.setdefault(doc_id, ChunkStats())
+            stats.tokens.append(tokens)
+            stats.header_tokens.append(header)
+        return out
+
+    def generation(self) -> int:
+        with self._read() as conn:
+            row = conn.execute("SELECT generation FROM collections WHERE id = %s", (self.collection_id,)).fetchone()
+        if row is None:
+            raise CiteragError(f"collection {self.collection!r} was deleted")
+        return int(row[0])
+
+    # Writing
+    def add_pending(self, source_path: str, name: str, sha256: str) -> int:
+        with self._write() as conn:
+            row = conn.execute(
+                "INSERT INTO documents (collection_id, source_path, name, sha256, status, updated_at)"
+                " VALUES (%s, %s, %s, %s, 'pending', %s) RETURNING id",
+                (self.collection_id, source_path, name, sha256, _now())).fetchone()
+            assert row is not None
+            self._bump(conn, row[0])
+        return int(row[0])
+
+    def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
+                     canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
+                     stats: ChunkStats, locators: list[Locator] | None = None) -> None:
+        if len(chunks) != len(vectors):
+            raise ValueError("one vector per chunk")
+        vecs = np.ascontiguousarray(vectors, dtype=np.float32)
+        if len(vecs) and not np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3):
+            raise ValueError("vectors must be unit length: cosine distance is ||a-b||^2/2 only then")
+        model = str(stamps.get("embedding_model", ""))
+        with self._write() as conn:
+            # The document row first, locked: a concurrent delete or save of the same document waits here.
+            if conn.execute("SELECT 1 FROM documents WHERE collection_id = %s AND id = %s FOR UPDATE",
+                            (self.collection_id, doc_id)).fetchone() is None:
+                raise CiteragError(f"no document {doc_id} in collection {self.collection!r}")
+            self._drop_version(conn, doc_id)
+            ids = [r[0] for r in conn.execute("SELECT nextval('chunk_ids') FROM generate_series(1, %s)",
+                                              (len(chunks),))] if chunks else []
+            with conn.cursor().copy(
+                    "COPY chunks (id, collection_id, document_id, ordinal, text, content, section, start_offset,"
+                    " end_offset, tokens, header_tokens) FROM STDIN") as copy:
+                for i, c in enumerate(chunks):
+                    copy.write_row((ids[i], self.collection_id, doc_id, i, c.text, c.content, c.section, c.start,
+                                    c.end, stats.tokens[i], stats.header_tokens[i]))
+            if chunks:
+                batch = ChunkBatch(ids=np.array(ids, dtype=np.int64),
+                                   document_ids=np.full(len(ids), doc_id, dtype=np.int64),
+                                   texts=[c.text for c in chunks], vectors=vecs)
+                for index in self._indexes(conn, model):
+                    index.add(batch)
+            conn.execute(
+                "UPDATE documents SET title = %s, sha256 = %s, status = 'indexed', error = NULL, warnings = %s,"
+                " chunk_count = %s, stamps = %s, canonical_text = %s, locators = %s, updated_at = %s"
+                " WHERE collection_id = %s AND id = %s",
+                (title, sha256, json.dumps(warnings), len(chunks), json.dumps(stamps, sort_keys=True),
+                 canonical_text, json.dumps([loc.as_json() for loc in locators or []]), _now(),
+                 self.collection_id, doc_id))
+            self._bump(conn, doc_id)
+
+    def save_failed(self, doc_id: int, *, sha256: str, stamps: dict[str, Any], error: str) -> None:
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM documents WHERE collection_id = %s AND id = %s FOR UPDATE",
+                            (self.collection_id, doc_id)).fetchone() is None:
+                return
+            self._drop_version(conn, doc_id)
+            conn.execute(
+                "UPDATE documents SET sha256 = %s, status = 'failed', error = %s, chunk_count = 0, stamps = %s,"
+                " canonical_text = NULL, locators = '[]', updated_at = %s WHERE collection_id = %s AND id = %s",
+                (sha256, error, json.dumps(stamps, sort_keys=True), _now(), self.collection_id, doc_id))
+            self._bump(conn, doc_id)
+
+    def set_error(self, doc_id: int, error: str | None) -> None:
+        with self._write() as conn:
+            if conn.execute("UPDATE documents SET error = %s WHERE collection_id = %s AND id = %s",
+                            (error, self.collection_id, doc_id)).rowcount:
+                self._bump(conn, doc_id)
+
+    def delete(self, doc_id: int) -> None:
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM documents WHERE collection_id = %s AND id = %s FOR UPDATE",
+                            (self.collection_id, doc_id)).fetchone() is None:
+                return
+            self._drop_version(conn, doc_id)
+            conn.execute("DELETE FROM documents WHERE collection_id = %s AND id = %s", (self.collection_id, doc_id))
+            self._bump(conn, doc_id)
+
+    def drop_collection(self) -> None:
+        """Delete the collection and every row of it, search indexes included, in one transaction."""
+        with self._write() as conn:
+            for table in ("chunk_vectors", "lexical_chunks", "postings"):  # no foreign key: see the schema
+                conn.execute(f"DELETE FROM {table} WHERE collection_id = %s", (self.collection_id,))
+            conn.execute("DELETE FROM collections WHERE id = %s", (self.collection_id,))
+
+    # Search
+    @contextmanager
+    def view(self) -> Iterator[PostgresView]:
+        with self._environment("read"), self.read_pool.connection() as conn, conn.transaction():
+            yield PostgresView(conn, self.collection_id)
+
+    def snapshot(self, embedding_model: str) -> Snapshot:
+        with self.view() as view:
+            conn = view.conn
+            docs: dict[int, Document] = {}
+            texts: dict[int, str] = {}
+            excluded = 0
+            for row in conn.execute(f"SELECT {_DOC_COLUMNS}, locators, canonical_text FROM documents"
+                                    " WHERE collection_id = %s AND status = 'indexed' ORDER BY source_path",
+                                    (self.collection_id,)):
+                doc = _document(row)
+                if doc.stamps.get("embedding_model") != embedding_model:
+                    excluded += 1
+                    continue
+                doc.locators = [Locator.from_json(d) for d in row[-2]]
+                docs[doc.id] = doc
+                texts[doc.id] = row[-1]
+            chunks, vectors = [], []
+            for row in conn.execute(
+                    "SELECT c.id, c.document_id, c.ordinal, c.text, c.content, c.section, c.start_offset,"
+                    " c.end_offset, v.embedding FROM chunks c"
+                    " JOIN chunk_vectors v ON v.collection_id = c.collection_id AND v.chunk_id = c.id"
+                    " WHERE c.collection_id = %s ORDER BY c.document_id, c.ordinal", (self.collection_id,)):
+                if row[1] in docs:
+                    chunks.append(StoredChunk(*row[:8]))
+                    vectors.append(_array(row[8]))
+            generation = view.generation
+        matrix = np.stack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+        return Snapshot(chunks, docs, matrix, excluded, texts=texts, generation=generation)
+
+
+def _array(value: Any) -> np.ndarray:
+    """A pgvector value as float32 (the binary loader gives a Vector, the text one an array)."""
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
