@@ -46,7 +46,8 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
     config.check()  # before anything loads: binding beyond loopback without keys is refused
     settings = load_settings(index)
     app = create_app(settings, config)
-    click.echo(f"citerag serving {settings.index_dir} on http://{host}:{port}/"
+    where = settings.index_dir if settings.store_scheme == "sqlite" else settings.safe_url
+    click.echo(f"citerag serving {where} on http://{host}:{port}/"
                + ("  (no keys: loopback only)" if no_keys else ""), err=True)
     if not no_keys and not _keys(settings):
         click.echo("no API keys yet: create one with `citerag keys create --scope admin`", err=True)
