@@ -225,6 +225,7 @@ def status(index: str | None, as_json: bool) -> None:
 from citerag.cli_ops import slo_rules_command  # noqa: E402
 from citerag.cli_service import keys_group, serve_command  # noqa: E402
 from citerag.cli_trace import replay_command, trace_group  # noqa: E402
+from citerag.cli_worker import worker_command  # noqa: E402
 from citerag.eval.command import eval_command  # noqa: E402
 
 cli.add_command(eval_command)
@@ -233,6 +234,7 @@ cli.add_command(slo_rules_command)
 cli.add_command(keys_group)
 cli.add_command(trace_group)
 cli.add_command(replay_command)
+cli.add_command(worker_command)
 
 
 @click.command("train-reranker")

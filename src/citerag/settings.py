@@ -25,7 +25,8 @@ ENV_PREFIX = "CITERAG_"
 
 _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k", "max_file_mb", "rerank_shortlist",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
-                  "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep")
+                  "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep",
+                  "queue_attempts", "queue_lease_s")
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid"),
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw")}
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
@@ -108,6 +109,11 @@ class Settings(BaseModel):
     # Where uploads are indexed: "thread" (a background thread of the API process) or "procrastinate" (jobs in
     # the PostgreSQL store's database, run by any number of `citerag worker` processes; needs a postgresql store).
     queue: str = Field(default="thread", pattern=r"^(thread|procrastinate)$")
+    # The procrastinate queue's workers (citerag.workers): runs of one document's job before it ends `failed`
+    # with its reason (a crash or a store outage counts as a run), and the lease: a worker whose heartbeat is
+    # older than this many seconds is taken for dead and its job is handed to another worker.
+    queue_attempts: int = Field(default=3, ge=1, le=100)
+    queue_lease_s: float = Field(default=30.0, ge=2.0, le=3600.0)
 
     @field_validator(*_CHOICES, mode="before")
     @classmethod

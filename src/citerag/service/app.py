@@ -18,9 +18,9 @@ from fastapi.staticfiles import StaticFiles
 from citerag import __version__
 from citerag.app import Citerag
 from citerag.service import errors, metrics
-from citerag.service.blobs import UPLOAD_SCHEME
-from citerag.service.jobs import IngestQueue, Job
+from citerag.service.jobs import Job, open_queue
 from citerag.service.keys import open_key_store
+from citerag.service.originals import UPLOAD_SCHEME
 from citerag.service.routes import answers, collections, documents, pages, traces
 from citerag.service.state import Service, ServiceConfig
 from citerag.settings import Settings
@@ -41,7 +41,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         core = Citerag.open_home(settings)
-        svc = Service(core, open_key_store(settings), IngestQueue(core), config)
+        svc = Service(core, open_key_store(settings), open_queue(core, settings), config)
         api.state.service = svc
         api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()
@@ -81,9 +81,11 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
 
 
 def _requeue_pending(svc: Service) -> None:
-    """Uploads a stopped server left pending are indexed now, from their stored bytes."""
+    """Uploads left pending without a job (a stopped server's thread queue; a shared queue's jobs outlive it) are
+    indexed now, from their stored bytes."""
     for name in svc.app.collection_names():
         collection = svc.app.collection(name)
         for doc in collection.documents():
-            if doc.status == "pending" and doc.source_path.startswith(UPLOAD_SCHEME):
+            if doc.status == "pending" and doc.source_path.startswith(UPLOAD_SCHEME) \
+                    and svc.jobs.state(name, doc.id) is None:
                 svc.jobs.submit(Job(name, doc.id, doc.name, doc.sha256))

@@ -1,21 +1,25 @@
-"""Uploads are indexed in the background, one document at a time, in the server process.
+"""Uploads are indexed in the background, one job per document, by one of two queues behind `IngestQueue`:
 
-A plain thread and a queue.Queue, not a job library: the work never leaves this process and nothing outlives it
-(documents left `pending` by a stopped server are queued again when it starts, from their stored bytes). The
-queue workers of the production-backends issue replace this with a shared queue.
+- "thread" (jobs_thread.py, the default): a thread of the API process; nothing outlives the process (documents
+  left `pending` are queued again when it starts, from their stored bytes). One machine, one API process.
+- "procrastinate" (jobs_procrastinate.py, citerag.workers): jobs in the PostgreSQL store's own database, run by
+  any number of `citerag worker` processes on any machine; they outlive every process.
+
+The settings' `queue` picks one (open_queue). Both index a job the same way (index_upload).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from citerag.app import Citerag, Collection, Outcome, Source
-from citerag.errors import CiteragError, StoreUnavailable
-from citerag.service.blobs import forget_original, read_original
+from citerag.errors import CiteragError
+from citerag.service.originals import forget_original, read_original
+from citerag.settings import Settings
 
 log = logging.getLogger("citerag.service")
 
@@ -28,88 +32,65 @@ class Job:
     sha256: str
 
 
-class IngestQueue:
-    def __init__(self, app: Citerag) -> None:
-        self.app = app
-        self._queue: queue.Queue[Job | None] = queue.Queue()
-        self._state: dict[tuple[str, int], str] = {}  # (collection, document id) -> queued | running
-        self._cancelled: set[tuple[str, int]] = set()
-        # The bytes last submitted per document, so that `retry` of a replacement that failed finds them again
-        # (the store keeps the served version's hash; this map lives as long as the process).
-        self.submitted: dict[tuple[str, int], Job] = {}
-        self._lock = threading.Lock()
-        self.on_finished: Callable[[Collection, Outcome], None] | None = None  # each indexed job's outcome (metrics)
-        self._thread = threading.Thread(target=self._run, name="citerag-ingest", daemon=True)
+class IngestQueue(Protocol):
+    """What the routes, the metrics and the server's start and stop need from a queue."""
 
-    def start(self) -> None:
-        self._thread.start()
+    on_finished: Callable[[Collection, Outcome], None] | None  # each job's outcome, where this process sees it
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout)
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 30.0) -> None: ...
 
     def submit(self, job: Job) -> None:
-        key = (job.collection, job.document_id)
-        with self._lock:
-            self._cancelled.discard(key)
-            self._state[key] = "queued"
-            self.submitted[key] = job
-        self._queue.put(job)
+        """Index `job` in the background (a later job of the same document runs after it)."""
 
     def state(self, collection: str, document_id: int) -> str | None:
-        with self._lock:
-            return self._state.get((collection, document_id))
+        """"queued", "running", or None when the document has no job waiting or running."""
 
     def depth(self) -> int:
-        """Jobs waiting for the worker."""
-        with self._lock:
-            return sum(state == "queued" for state in self._state.values())
+        """Jobs waiting for a worker."""
 
     def cancel(self, collection: str, document_id: int) -> None:
-        """A deleted document's queued job is skipped (a running one finishes; its delete waits for it)."""
-        with self._lock:
-            self._cancelled.add((collection, document_id))
+        """A deleted document's waiting jobs are dropped; a running one finishes first (this waits for it)."""
 
-    def _run(self) -> None:
-        while (job := self._queue.get()) is not None:
-            key = (job.collection, job.document_id)
-            with self._lock:
-                if key in self._cancelled:
-                    self._cancelled.discard(key)
-                    self._state.pop(key, None)
-                    continue
-                self._state[key] = "running"
-            try:
-                self._index(job)
-            except Exception:  # the queue must outlive any one document; the document keeps its reason
-                log.exception("indexing document %s of %s failed", job.document_id, job.collection)
-            finally:
-                with self._lock:
-                    if self._state.get(key) == "running":
-                        del self._state[key]
+    def last_submitted(self, collection: str, document_id: int) -> Job | None:
+        """The job last submitted for the document (a retry of a failed replacement finds its bytes there)."""
 
-    def _index(self, job: Job) -> None:
-        try:
-            collection = self.app.collection(job.collection)
-        except CiteragError:
-            return  # the collection was deleted while the job waited
-        doc = collection.document(job.document_id)
-        if doc is None:
-            return  # deleted while queued
-        data = read_original(collection, doc, job.sha256)
-        if data is None:
-            log.warning("document %s of %s: stored bytes %s missing, left as it is", doc.id, job.collection,
-                        job.sha256[:12])
-            return
-        try:
-            with collection.write_lock:
-                if collection.document(job.document_id) is None:
-                    return
-                outcome = collection.index_document(Source(doc.source_path, data, name=job.name))
-                if doc.sha256 != job.sha256:  # a replacement: the old bytes go once nothing refers to them
-                    forget_original(collection, doc.sha256)
-            if self.on_finished is not None:
-                self.on_finished(collection, outcome)
-        except StoreUnavailable as exc:
-            # Nothing is blamed on the document: it stays pending and is queued again when the server restarts.
-            log.error("store unavailable while indexing %s: %s", doc.name, exc)
+
+def open_queue(app: Citerag, settings: Settings) -> IngestQueue:
+    """The queue the settings name (`queue`): "thread" or "procrastinate"."""
+    if settings.queue == "procrastinate":
+        from citerag.service.jobs_procrastinate import ProcrastinateQueue
+
+        return ProcrastinateQueue(settings)
+    from citerag.service.jobs_thread import ThreadQueue
+
+    return ThreadQueue(app)
+
+
+def index_upload(app: Citerag, job: Job, *, serialise: bool = True) -> Outcome | None:
+    """Index one job's bytes into its document: None when there is nothing to do (the collection or the document
+    was deleted, or the bytes are gone). A document's own failure is its outcome; StoreUnavailable is raised.
+
+    `serialise` takes the collection's write lock (the API process's writers take turns; a worker relies on the
+    queue's per-document lock and the store's transactions instead)."""
+    try:
+        collection = app.collection(job.collection)
+    except CiteragError:
+        return None  # the collection was deleted while the job waited
+    doc = collection.document(job.document_id)
+    if doc is None:
+        return None  # deleted while queued
+    data = read_original(collection, doc, job.sha256)
+    if data is None:
+        log.warning("document %s of %s: stored bytes %s missing, left as it is", doc.id, job.collection,
+                    job.sha256[:12])
+        return None
+    lock: AbstractContextManager[Any] = collection.write_lock if serialise else nullcontext()
+    with lock:
+        if collection.document(job.document_id) is None:
+            return None
+        outcome = collection.index_document(Source(doc.source_path, data, name=job.name))
+        if doc.sha256 != job.sha256:  # a replacement: the old bytes go once nothing refers to them
+            forget_original(collection, doc.sha256)
+    return outcome

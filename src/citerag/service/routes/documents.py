@@ -17,9 +17,9 @@ from starlette.concurrency import run_in_threadpool
 
 from citerag.app import Collection, Source
 from citerag.service.auth import Readable, ServiceDep, Writable
-from citerag.service.blobs import UPLOAD_SCHEME, forget_original, read_original, save_original
 from citerag.service.errors import ApiError
 from citerag.service.jobs import Job
+from citerag.service.originals import UPLOAD_SCHEME, forget_original, read_original, save_original
 from citerag.service.present import HTML_SUFFIXES, document_json, document_url
 from citerag.service.state import Service
 from citerag.types import Document
@@ -151,7 +151,7 @@ def retry(document_id: DocumentId, collection: Writable,
     doc = _document(collection, document_id)
     if doc.status == "indexed" and not doc.error:
         raise ApiError(409, f"document {doc.id} is indexed; nothing to retry")
-    last = svc.jobs.submitted.get((collection.name, doc.id))
+    last = svc.jobs.last_submitted(collection.name, doc.id)
     sha = last.sha256 if last else doc.sha256
     svc.jobs.submit(Job(collection.name, doc.id, doc.name, sha))
     return _json(svc, collection, doc)

@@ -1,0 +1,89 @@
+"""The task a worker runs: index one uploaded document through the application core.
+
+The core (Citerag.open_home) composes the store, the indexer and the encoder exactly as the API process does;
+the worker only reads the original bytes from the shared originals and calls Collection.index_document, as the
+in-process thread queue does (citerag.service.jobs.index_upload). A document's own failure (bad file, nothing to
+extract) is stored by index_document as `failed` with its reason on the first run; what raises here is the
+environment (the store unreachable, a bug), and that is retried with backoff until the document has had
+`queue_attempts` runs; the last one stores the reason. A crash that takes the worker down is counted by the
+recovery pass instead (recovery.py), with the same bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import procrastinate
+from procrastinate import JobContext
+
+from citerag.app import Citerag, Collection
+from citerag.errors import CiteragError, StoreUnavailable
+from citerag.service.jobs import Job, index_upload
+from citerag.settings import Settings
+from citerag.workers.queue import QUEUE, TASK
+
+log = logging.getLogger("citerag.workers")
+
+
+class Runtime:
+    """What every job of one worker process shares: the settings and the application core (models load once)."""
+
+    def __init__(self, settings: Settings, core: Citerag) -> None:
+        self.settings = settings
+        self.core = core
+        self.attempts = settings.queue_attempts
+        self.lease_s = settings.queue_lease_s
+
+    def index(self, job: Job, run: int) -> str:
+        """Run `job` (its `run`-th attempt); the outcome's status, or "skipped"."""
+        started = time.monotonic()
+        log.info("document %s of %s (%s): indexing, attempt %d of %d", job.document_id, job.collection, job.name,
+                 run, self.attempts)
+        try:
+            outcome = index_upload(self.core, job, serialise=False)
+        except Exception as exc:
+            what = "store unavailable" if isinstance(exc, StoreUnavailable) else type(exc).__name__
+            if run >= self.attempts:
+                self.give_up(job, f"{what}: {exc} (gave up after {run} attempts, queue_attempts)")
+            else:
+                log.warning("document %s of %s: %s: %s; retried later (attempt %d of %d)", job.document_id,
+                            job.collection, what, exc, run, self.attempts)
+            raise  # procrastinate retries it (RetryStrategy) or, out of attempts, marks the job failed
+        status = outcome.status if outcome is not None else "skipped"
+        log.info("document %s of %s (%s): %s in %.1fs", job.document_id, job.collection, job.name, status,
+                 time.monotonic() - started)
+        return status
+
+    def give_up(self, job: Job, reason: str) -> None:
+        """The document ends `failed` with `reason` (an indexed one keeps serving its version, with the reason)."""
+        log.error("document %s of %s (%s): failed: %s", job.document_id, job.collection, job.name, reason)
+        try:
+            collection = self.core.collection(job.collection)
+            mark_failed(collection, job, reason)
+        except CiteragError as exc:  # the store is down too: the document stays pending, the job failed
+            log.error("document %s of %s: could not store its failure: %s", job.document_id, job.collection, exc)
+
+
+def mark_failed(collection: Collection, job: Job, reason: str) -> None:
+    """What Indexer._fail does for a document that failed outside index_document (a crash, an outage)."""
+    doc = collection.document(job.document_id)
+    if doc is None:
+        return
+    if doc.status == "indexed":
+        collection.store.set_error(doc.id, reason)
+    else:
+        collection.store.save_failed(doc.id, sha256=job.sha256, stamps=collection.indexer.stamps_for(job.name),
+                                     error=reason)
+
+
+def register(app: procrastinate.App, runtime: Runtime) -> None:
+    """Register the task on a worker's App, its retries bounded by the settings."""
+    attempts = runtime.attempts
+    # Retries of a raised error: 2 s, 4 s, 8 s ... (max_attempts counts retries; 0 would mean forever).
+    retry: procrastinate.RetryStrategy | bool = \
+        procrastinate.RetryStrategy(max_attempts=attempts - 1, exponential_wait=2) if attempts > 1 else False
+
+    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=retry)
+    def index_document(context: JobContext, collection: str, document_id: int, sha256: str, name: str) -> str:
+        return runtime.index(Job(collection, document_id, name, sha256), run=context.job.attempts + 1)

@@ -1,0 +1,138 @@
+"""Ingestion workers on the procrastinate queue, end to end: a real PostgreSQL (the pg_url fixture), real
+`citerag worker` subprocesses, real documents (Debian Reference chapters), and the outcome read from the
+database itself (the store's change log, its chunks and vectors, procrastinate's jobs and events), not from what
+a worker says it did."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from queue_harness import ATTEMPTS, HERE, LEASE_S, Pool, database, make_home, submit, wait_for
+
+from corpus_paths import DATA, DEV_CORPUS
+
+SMALL = [DEV_CORPUS / n for n in ("apa.en.html", "pr01.en.html", "ch08.en.html", "ch03.en.html", "ch04.en.html",
+                                  "ch05.en.html")]
+BIG = DEV_CORPUS / "ch09.en.html"  # 389 KB, ~240 chunks: several seconds of embedding on a CPU
+
+
+def test_two_workers_share_the_documents_and_index_each_once(pg_url: str, tmp_path: Path) -> None:
+    settings = make_home(tmp_path / "home", pg_url)
+    pool = Pool(settings.index_dir, tmp_path)
+    started = time.monotonic()
+    with database(pg_url) as db:
+        try:
+            pool.start(2)
+            wait_for("two workers registered", lambda: db.live_workers() == 2, 120)
+            ids = submit(settings, [(p.name, p.read_bytes()) for p in SMALL])
+            wait_for("every job finished", lambda: len(db.jobs()) == len(ids)
+                     and all(j["status"] == "succeeded" for j in db.jobs()), 300)
+            workers_used = {j["worker_id"] for j in db.jobs()}  # before the workers stop (then they are gone)
+        finally:
+            codes = pool.stop()
+        docs = db.documents()
+        for name, doc_id in ids.items():
+            status, error, chunk_count = docs[doc_id]
+            assert (status, error) == ("indexed", None), name
+            # Accepted once, indexed once: two entries of the store's change log, whoever ran the job.
+            assert db.changes(doc_id) == 2, name
+            assert db.chunk_rows(doc_id) == (chunk_count, chunk_count, chunk_count), name
+        assert all(j["attempts"] == 1 for j in db.jobs())
+    assert len(workers_used) == 2, f"one worker did every job: {pool.output()}"
+    assert codes == [0, 0], pool.output()  # SIGTERM: a graceful stop
+    print(f"{len(ids)} documents, two workers: {time.monotonic() - started:.1f}s")
+
+
+def test_a_killed_workers_document_goes_to_another_after_the_lease_and_is_indexed_once(
+        pg_url: str, tmp_path: Path) -> None:
+    settings = make_home(tmp_path / "home", pg_url)
+    pool = Pool(settings.index_dir, tmp_path)
+    with database(pg_url) as db:
+        try:
+            first = pool.add()
+            wait_for("the first worker registered", lambda: db.live_workers() == 1, 120)
+            doc_id = submit(settings, [(BIG.name, BIG.read_bytes())])[BIG.name]
+            wait_for("the first worker on the document", lambda: db.job_of(doc_id)["status"] == "doing", 60)
+            time.sleep(2.0)  # into the document: loading the encoder, extracting, embedding
+            first.kill()
+            killed_at = db.rows("SELECT now()")[0][0]
+            # Killed mid-document: nothing of it was committed, and the job still looks taken.
+            assert db.documents()[doc_id][0] == "pending", first.output()
+            assert db.changes(doc_id) == 1
+            assert db.chunk_rows(doc_id) == (0, 0, 0)
+            assert db.job_of(doc_id)["status"] == "doing"
+            pool.add()
+            wait_for("the job finished by the second worker", lambda: db.job_of(doc_id)["status"] == "succeeded",
+                     300)
+        finally:
+            pool.stop()
+        status, error, chunk_count = db.documents()[doc_id]
+        assert (status, error) == ("indexed", None)
+        assert chunk_count > 100
+        assert db.changes(doc_id) == 2  # indexed exactly once
+        assert db.chunk_rows(doc_id) == (chunk_count, chunk_count, chunk_count)  # nothing duplicated
+        job = db.job_of(doc_id)
+        assert job["attempts"] == 2  # the killed run and the one that finished
+        events = [e for e in db.rows("SELECT type::text, at FROM procrastinate_events WHERE job_id = %s ORDER BY id",
+                                     job["id"]) if e[0] in ("started", "deferred_for_retry", "succeeded")]
+        assert [e[0] for e in events] == ["started", "deferred_for_retry", "started", "succeeded"]
+        handed_back_after = (events[1][1] - killed_at).total_seconds()
+    # Handed back only once the dead worker's heartbeat (every lease/3) was older than the lease.
+    assert handed_back_after >= LEASE_S * 2 / 3, handed_back_after
+    assert f"retried (attempt 2 of {ATTEMPTS})" in pool.output()
+    print(f"killed mid-document; handed back {handed_back_after:.1f}s later (lease {LEASE_S:g}s)")
+
+
+def test_a_poison_file_ends_failed_after_its_attempts_and_never_holds_the_others(
+        pg_url: str, tmp_path: Path) -> None:
+    from poisoned_worker import KILL_MARK, OUTAGE_MARK
+
+    settings = make_home(tmp_path / "home", pg_url)
+    markdown = DATA / "markdown" / "debian-reference"
+    good = [(p.name, p.read_bytes()) for p in (DEV_CORPUS / "apa.en.html", DEV_CORPUS / "pr01.en.html",
+                                               DEV_CORPUS / "ch08.en.html", markdown / "ch04.md")]
+    kills = ("kills-its-worker.md", (markdown / "apa.md").read_bytes() + b"\n\n" + KILL_MARK + b"\n")
+    outage = ("store-outage.md", (markdown / "apa.md").read_bytes() + b"\n\n" + OUTAGE_MARK + b"\n")
+    broken = ("broken.pdf", b"%PDF-1.7\n" + bytes(range(256)) * 64)  # a bad file fails on its first run
+    pool = Pool(settings.index_dir, tmp_path, script=HERE / "poisoned_worker.py")
+    started = time.monotonic()
+    with database(pg_url) as db:
+        try:
+            pool.start(2)
+            wait_for("two workers registered", lambda: db.live_workers() == 2, 120)
+            ids = submit(settings, [kills, outage, broken, *good])  # the poison first in the queue
+
+            def finished() -> bool:
+                pool.supervise()  # a dead worker is started again, as systemd or compose would
+                jobs = db.jobs()
+                return len(jobs) == len(ids) and all(j["status"] in ("succeeded", "failed") for j in jobs)
+
+            wait_for("every job finished", finished, 300)
+        finally:
+            pool.stop()
+        docs = db.documents()
+        log = pool.output()
+        # The file that kills its worker: exactly `queue_attempts` runs (each one a dead worker), then failed.
+        assert pool.deaths == [-9] * ATTEMPTS, log
+        status, error, _ = docs[ids[kills[0]]]
+        assert status == "failed" and f"gave up after {ATTEMPTS} attempts" in (error or ""), error
+        assert "killed or crashed" in (error or "")
+        assert db.job_of(ids[kills[0]])["status"] == "failed"
+        # The store outage: retried with backoff, then failed with the outage as its reason.
+        status, error, _ = docs[ids[outage[0]]]
+        assert status == "failed" and "injected outage" in (error or "") \
+            and f"gave up after {ATTEMPTS} attempts" in (error or ""), error
+        assert db.job_of(ids[outage[0]])["attempts"] == ATTEMPTS
+        # A bad file is the document's own failure: stored on its first run, no retry.
+        status, error, _ = docs[ids[broken[0]]]
+        assert status == "failed" and error and "attempts" not in error, error
+        assert db.job_of(ids[broken[0]])["attempts"] == 1
+        # Every other document indexed once, and before the poison had used up its attempts.
+        failed_at = db.rows("SELECT max(generation) FROM changes WHERE document_id = %s", ids[kills[0]])[0][0]
+        for name, _ in good:
+            assert docs[ids[name]][:2] == ("indexed", None), name
+            assert db.changes(ids[name]) == 2, name
+            indexed_at = db.rows("SELECT max(generation) FROM changes WHERE document_id = %s", ids[name])[0][0]
+            assert indexed_at < failed_at, name
+    print(f"poison: {len(pool.deaths)} dead workers, all settled in {time.monotonic() - started:.1f}s")
