@@ -4,6 +4,7 @@ applied once however many processes start together, and the layering rule (only 
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +22,6 @@ INTERNALS = ("citerag.store", "citerag.search", "citerag.ingest", "citerag.embed
 
 
 def worker(home: Path, *env: tuple[str, str]) -> subprocess.CompletedProcess[str]:
-    import os
-
     return subprocess.run([sys.executable, "-m", "citerag.cli", "worker", "--index", str(home)], capture_output=True,
                           text=True, timeout=120, env={**os.environ, **dict(env)})
 
