@@ -135,7 +135,7 @@ class LocalPostgres:
         import psycopg
 
         with psycopg.connect(self.url(database), autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
 
     def create_database(self, name: str) -> str:
         """A new empty database with pgvector available (created from template1, where the extension is)."""

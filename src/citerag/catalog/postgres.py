@@ -26,7 +26,7 @@ class PostgresCatalog:
         from citerag.store.postgres import CONNECT_TIMEOUT_S
 
         with psycopg.connect(self.home.store_url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
-            return conn.execute(sql, args).fetchall()  # type: ignore[arg-type]
+            return conn.execute(sql, args).fetchall()
 
     def names(self) -> list[str]:
         others = [r[0] for r in self._rows("SELECT name FROM collections WHERE name <> %s ORDER BY name",

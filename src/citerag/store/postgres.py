@@ -33,7 +33,7 @@ except ImportError as exc:  # the [postgres] extra is optional
     raise CiteragError("the PostgreSQL backend needs its extra: pip install 'citerag[postgres]'") from exc
 
 POOL_SIZE = 8  # connections per pool and process: an API process answers from a thread pool
-CONNECT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 10
 
 _DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at"
 
