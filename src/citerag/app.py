@@ -391,6 +391,13 @@ class Collection:
         finally:
             self.persist_indexes()
 
+    def fail_document(self, document_id: int, sha256: str, name: str, reason: str) -> Outcome:
+        """A document whose indexing failed outside index_document (a crashed worker, an outage) ends `failed`
+        with the reason; an indexed one keeps serving its version, with the reason beside it."""
+        outcome = self.indexer.fail_document(document_id, name, sha256, reason)
+        self.persist_indexes()
+        return outcome
+
     def accept(self, source: Source) -> Accepted:
         """Take in an upload without indexing it yet: the document that already holds these bytes, or a new
         `pending` one (index it with index_document). A different file under the same key is the caller's

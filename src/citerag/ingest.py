@@ -228,6 +228,9 @@ class Indexer:
     def _fail(self, key: str, name: str, sha: str, reason: str, report: IngestReport, *, doc_id: int | None = None,
               stamps: dict[str, Any] | None = None) -> Outcome:
         doc = self.store.document(doc_id) if doc_id is not None else self.store.document_by_path(key)
+        if doc is None and doc_id is not None:  # deleted while it was being indexed: it stays deleted
+            report.failed.append((key, reason))
+            return Outcome(doc_id, "failed", reason)
         doc_id = self.store.add_pending(key, name, sha) if doc is None else doc.id
         if doc is not None and doc.status == "indexed":
             # The old version stays searchable; the reason says why the newer one could not replace it.
@@ -236,6 +239,12 @@ class Indexer:
             self.store.save_failed(doc_id, sha256=sha, stamps=stamps or self.stamps_for(name), error=reason)
         report.failed.append((key, reason))
         return Outcome(doc_id, "failed", reason)
+
+    def fail_document(self, doc_id: int, name: str, sha: str, reason: str) -> Outcome:
+        """Record that indexing a document failed outside `index_document` (its worker died, the store was down):
+        `failed` with the reason, or, for an indexed one, the reason beside the version it keeps serving."""
+        doc = self.store.document(doc_id)
+        return self._fail(doc.source_path if doc else "", name, sha, reason, IngestReport(), doc_id=doc_id)
 
     def _check_size(self, size: int) -> None:
         if size > self.settings.max_file_mb * 1024 * 1024:

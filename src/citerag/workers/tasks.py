@@ -66,15 +66,8 @@ class Runtime:
 
 
 def mark_failed(collection: Collection, job: Job, reason: str) -> None:
-    """What Indexer._fail does for a document that failed outside index_document (a crash, an outage)."""
-    doc = collection.document(job.document_id)
-    if doc is None:
-        return
-    if doc.status == "indexed":
-        collection.store.set_error(doc.id, reason)
-    else:
-        collection.store.save_failed(doc.id, sha256=job.sha256, stamps=collection.indexer.stamps_for(job.name),
-                                     error=reason)
+    """A document that failed outside index_document (a crash, an outage) ends failed with the reason."""
+    collection.fail_document(job.document_id, job.sha256, job.name, reason)
 
 
 def register(app: procrastinate.App, runtime: Runtime) -> None:
