@@ -5,8 +5,9 @@
 
 Indexes are keyed by stored chunk id, updated per document (remove, then add the new version), saved into a
 directory and loaded back; a state once loaded keeps answering the same after later saves to the same
-directory (another process may still be reading it). Vectors are random unit vectors; texts are the real
-chunks of the BM25 reference fixture, whose scores the lexical index must reproduce.
+directory (another process may still be reading it); a database-resident index gives saving and loading their
+database meaning by overriding `Durable`'s hooks (commit; a new connection's snapshot). Vectors are random unit
+vectors; texts are the real chunks of the BM25 reference fixture, whose scores the lexical index must reproduce.
 """
 
 from __future__ import annotations
@@ -71,7 +72,22 @@ class Corpus:
         return ids[order].tolist(), sims[order]
 
 
-class VectorIndexContract:
+class Durable:
+    """How a contract makes an index's state durable and opens a new reader of it. File-based indexes save into a
+    directory and load from it; a database-resident index overrides both (commit; a new connection's snapshot)."""
+
+    index_type: Any = None
+
+    def persist(self, index: Any, directory: Path) -> Any:
+        """Make everything the index holds durable; the state `reopen` opens."""
+        return index.save(directory)
+
+    def reopen(self, directory: Path, state: Any) -> Any:
+        """A new reader of that state, as another process would open it."""
+        return self.index_type.load(directory, state)
+
+
+class VectorIndexContract(Durable):
     index_type: Any = None  # the class: index_type(dim) is empty, index_type.load(directory, state) reopens
 
     def make(self) -> Any:
@@ -110,13 +126,13 @@ class VectorIndexContract:
         index = self.make()
         index.add(batch(1, 1, unit(300, 1)))
         index.add(batch(2, 301, unit(300, 2)))
-        index = self.index_type.load(tmp_path, index.save(tmp_path))
+        index = self.reopen(tmp_path, self.persist(index, tmp_path))
         index.remove_documents([2])
         fresh = unit(300, 3)
         index.add(batch(3, 301, fresh))  # the same ids, other vectors
         for reopen in (False, True):
             if reopen:
-                index = self.index_type.load(tmp_path, index.save(tmp_path))
+                index = self.reopen(tmp_path, self.persist(index, tmp_path))
             for i in range(0, 300, 7):
                 ids, sims = index.search(fresh[i], 1)
                 assert ids.tolist() == [301 + i] and abs(sims[0] - 1.0) < 1e-5
@@ -133,8 +149,8 @@ class VectorIndexContract:
         corpus, index = Corpus(), self.make()
         for doc in range(1, 5):
             index.add(corpus.document(doc, unit(300, doc)))
-        first = index.save(tmp_path)
-        reader = self.index_type.load(tmp_path, first)
+        first = self.persist(index, tmp_path)
+        reader = self.reopen(tmp_path, first)
         q = unit(1, 42)[0]
         before = reader.search(q, 10)[0].tolist()
         assert before == corpus.exact(q, 10)[0]
@@ -143,9 +159,9 @@ class VectorIndexContract:
         corpus.remove(2)
         index.remove_documents([1])
         index.add(corpus.document(1, unit(300, 77)))
-        second = index.save(tmp_path)
+        second = self.persist(index, tmp_path)
         assert reader.search(q, 10)[0].tolist() == before
-        again = self.index_type.load(tmp_path, second)
+        again = self.reopen(tmp_path, second)
         assert again.search(q, 10)[0].tolist() == corpus.exact(q, 10)[0]
         assert len(again) == len(corpus.vectors) == 900
 
@@ -154,11 +170,11 @@ class VectorIndexContract:
         index.add(batch(1, 1, unit(20, 1)))
         index.remove_documents([1])
         assert len(index) == 0 and index.search(unit(1, 1)[0], 5)[0].tolist() == []
-        reopened = self.index_type.load(tmp_path, index.save(tmp_path))
+        reopened = self.reopen(tmp_path, self.persist(index, tmp_path))
         assert len(reopened) == 0 and reopened.search(unit(1, 1)[0], 5)[0].tolist() == []
 
 
-class LexicalIndexContract:
+class LexicalIndexContract(Durable):
     index_type: Any = None
 
     def make(self) -> Any:
@@ -197,14 +213,14 @@ class LexicalIndexContract:
         for doc, texts in enumerate(parts[:6]):
             index.add(corpus.document(doc, unit(len(texts), doc), texts))
         self.assert_reference_scores(index, corpus)
-        index = self.index_type.load(tmp_path, index.save(tmp_path))
+        index = self.reopen(tmp_path, self.persist(index, tmp_path))
         for doc in (1, 4):
             index.remove_documents([doc])
             corpus.remove(doc)
         index.remove_documents([2])
         index.add(corpus.document(2, unit(len(parts[7]), 7), parts[7]))  # a new version of document 2
         self.assert_reference_scores(index, corpus)
-        index = self.index_type.load(tmp_path, index.save(tmp_path))
+        index = self.reopen(tmp_path, self.persist(index, tmp_path))
         self.assert_reference_scores(index, corpus)
 
     def test_a_reader_of_an_older_state_is_undisturbed(self, tmp_path: Path) -> None:
@@ -212,11 +228,11 @@ class LexicalIndexContract:
         corpus, index = Corpus(), self.make()
         for doc in range(4):
             index.add(corpus.document(doc, unit(30, doc), docs[doc * 30:(doc + 1) * 30]))
-        reader = self.index_type.load(tmp_path, index.save(tmp_path))
+        reader = self.reopen(tmp_path, self.persist(index, tmp_path))
         before = [reader.search(q, 20)[0].tolist() for q in BM25_FIXTURE["queries"][:20]]
         for doc in range(3):  # most rows die: the writer compacts and merges into new files
             index.remove_documents([doc])
-        index.save(tmp_path)
+        self.persist(index, tmp_path)
         assert [reader.search(q, 20)[0].tolist() for q in BM25_FIXTURE["queries"][:20]] == before
 
     def test_nothing_matches_nothing(self) -> None:
