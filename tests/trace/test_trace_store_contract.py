@@ -1,6 +1,7 @@
 """The trace store's contract, the same tests on both backends: INDEX/traces.sqlite3 and the `traces` table of a
 real PostgreSQL (one table for every collection). Bounded to the newest `keep`, a trace written again becomes the
-newest, a collection sees only its own traces, the text only when given, and reading creates nothing."""
+newest, a collection sees only its own traces, the text only when given, and reading creates nothing; a
+collection on a PostgreSQL store keeps its traces in that database, through the store's own pool."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from trace_fixtures import NOTES_V1, open_app
 
 from citerag.settings import Settings
 from citerag.trace import OPERATION
@@ -223,3 +225,20 @@ def test_postgresql_writers_in_parallel_stay_bounded(pg_backend: Backend) -> Non
     assert keep <= stores[0].count() <= keep + writers - 1
     stores[0].write(operation(), {}, "default")
     assert stores[0].count() == keep
+
+
+def test_a_postgresql_collection_keeps_its_traces_in_its_database(pg_url: str, tmp_path: Path,
+                                                                   exported: InMemorySpanExporter) -> None:
+    from citerag.app import Source
+    from citerag.trace.store_postgres import PostgresTraceStore
+
+    with open_app(tmp_path / "index", store_url=pg_url, trace_keep=3) as app:
+        assert app.index_document(Source("notes.md", NOTES_V1.encode())).status == "indexed"
+        ids = [app.search(f"ferry {n}").trace_id for n in range(4)]
+        collection = app.collection()
+        assert isinstance(collection.traces, PostgresTraceStore)
+        assert collection.traces.pool is collection.store.pool  # type: ignore[attr-defined]  # borrowed
+        assert collection.traces.count() == 3 and collection.trace(ids[0]) is None  # type: ignore[arg-type]
+        record = collection.trace(ids[-1])  # type: ignore[arg-type]
+        assert record is not None and record["operation"] == "search" and record["collection"] == "default"
+    assert not (tmp_path / "index" / FILE_NAME).exists()
