@@ -171,6 +171,11 @@ def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "citerag-postgres").resolve()
     server = LocalPostgres(folder, int(sys.argv[2]) if len(sys.argv) > 2 else 5432).start()
     print(server.url("postgres"), flush=True)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # a service manager's stop shuts the server down cleanly, as Ctrl-C does
     try:
         signal.pause()
     except KeyboardInterrupt:
