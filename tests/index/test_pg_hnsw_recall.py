@@ -51,7 +51,7 @@ def dev_vectors(encoder: Any, request: pytest.FixtureRequest) -> dict[str, np.nd
                  (DEV_SET / "questions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     assert len(questions) == 80
     key = hashlib.sha256(json.dumps([encoder.name, texts, questions]).encode()).hexdigest()[:24]
-    cache = request.config.cache  # None under -p no:cacheprovider
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
     path = cache.mkdir("citerag-dev-vectors") / f"{key}.npz" if cache is not None else None
     if path is not None and path.exists():
         with np.load(path) as saved:
