@@ -42,6 +42,9 @@ def run_worker(settings: Settings, concurrency: int = 1, name: str | None = None
 async def _serve(settings: Settings, concurrency: int, name: str) -> None:
     core = Citerag.open_home(settings)
     try:
+        # The encoder loaded before the first job, not during it: a missing model fails the worker at start, and
+        # the first document's run (and its lease) is not charged with seconds of loading.
+        await asyncio.to_thread(core.encoder, settings.embedding_model)
         runtime = Runtime(settings, core)
         app = worker_app(settings.store_url, concurrency)
         register(app, runtime)
