@@ -272,8 +272,10 @@ def fill_scaling_page(result: dict[str, Any]) -> None:
     text = SCALING_PAGE.read_text(encoding="utf-8")
     for key, value in values.items():
         # The old value runs to the cell's end (" |") or to the sentence's final period.
-        text = re.sub(rf"(<!-- measured: {re.escape(key)} -->)[^|\n]*?(?=\s*\||\.\s*$)", rf"\1 {value}", text,
-                      flags=re.M)
+        text, found = re.subn(rf"(<!-- measured: {re.escape(key)} -->)[^|\n]*?(?=\s*\||\.\s*$)", rf"\1 {value}",
+                              text, flags=re.M)
+        if not found:
+            raise SystemExit(f"docs/scaling.md has no <!-- measured: {key} --> marker for {value!r}")
     SCALING_PAGE.write_text(text, encoding="utf-8")
 
 
