@@ -203,11 +203,25 @@ class Citerag:
             if settings.collection in self.collections:
                 raise CiteragError(f"collection {settings.collection!r} is already open")
             configure(settings.otlp_endpoint)
+            identity = self.catalog.identity(settings.collection) if self.catalog is not None else None
             collection = Collection(self, settings, _open_store(settings, create))
+            collection.identity = identity
             self.collections[settings.collection] = collection
             if self.default is None:
                 self.default = settings.collection
             return collection
+
+    def refresh(self, name: str) -> None:
+        """Forget an open collection that another process deleted (and perhaps created again under its name), so
+        that the next `collection(name)` opens what the catalog holds now. A worker calls it before each job."""
+        if self.catalog is None:
+            return
+        with self._lock:
+            open_ = self.collections.get(name)
+            if open_ is None or name == self.default:
+                return
+            if self.catalog.identity(name) != open_.identity:
+                self.collections.pop(name).close()
 
     def collection(self, name: str | None = None) -> Collection:
         key = name or self.default
@@ -343,6 +357,7 @@ class Collection:
         self.write_lock = threading.Lock()  # a server's writers to this collection take turns (indexing, deleting)
         self._accept_lock = threading.Lock()
         self.search_backend = open_search(settings)
+        self.identity: object | None = None  # the catalog's identity of it when opened (see Citerag.refresh)
         # Traces beside a sqlite store, or in a PostgreSQL store's database through its pool (None: trace_keep 0).
         self.traces = open_trace_store(settings, store)
 

@@ -10,6 +10,10 @@ from pathlib import Path
 
 from queue_harness import ATTEMPTS, HERE, LEASE_S, Pool, database, make_home, submit, wait_for
 
+from citerag.app import Citerag
+from citerag.ingest import Source
+from citerag.service.jobs import Job, open_queue
+from citerag.service.originals import UPLOAD_SCHEME, save_original
 from corpus_paths import DATA, DEV_CORPUS
 
 SMALL = [DEV_CORPUS / n for n in ("apa.en.html", "pr01.en.html", "ch08.en.html", "ch03.en.html", "ch04.en.html",
@@ -136,3 +140,39 @@ def test_a_poison_file_ends_failed_after_its_attempts_and_never_holds_the_others
             indexed_at = db.rows("SELECT max(generation) FROM changes WHERE document_id = %s", ids[name])[0][0]
             assert indexed_at < failed_at, name
     print(f"poison: {len(pool.deaths)} dead workers, all settled in {time.monotonic() - started:.1f}s")
+
+
+def _submit_to(core: Citerag, name: str, path: Path) -> int:
+    """Upload one file into collection `name` as the API does; its document id."""
+    collection = core.collection(name)
+    data = path.read_bytes()
+    sha = save_original(collection, data)
+    doc = collection.accept(Source(UPLOAD_SCHEME + path.name, data, path.name)).document
+    queue = open_queue(core, core.collection().settings)
+    queue.start()
+    try:
+        queue.submit(Job(name, doc.id, doc.name, sha))
+    finally:
+        queue.stop()
+    return doc.id
+
+
+def test_a_collection_deleted_and_created_again_is_served_by_a_running_worker(pg_url: str, tmp_path: Path) -> None:
+    """A worker opened `team` for a first job; another process then deletes `team` and creates it again (new id,
+    same name). The worker's next job is the new collection's, and it indexes it instead of skipping it as gone."""
+    settings = make_home(tmp_path / "home", pg_url)
+    pool = Pool(settings.index_dir, tmp_path)
+    with database(pg_url) as db, Citerag.open_home(settings) as core:
+        try:
+            pool.start(1)
+            core.create_collection("team", {})
+            first = _submit_to(core, "team", SMALL[0])
+            wait_for("the first document indexed", lambda: db.settled([first]), 120)
+            core.drop_collection("team")
+            core.create_collection("team", {})
+            second = _submit_to(core, "team", SMALL[1])
+            wait_for("the recreated collection's document indexed", lambda: db.settled([second]), 120)
+        finally:
+            pool.stop()
+        assert db.documents()[second][0] == "indexed", pool.output()
+        assert first not in db.documents()

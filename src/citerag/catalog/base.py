@@ -32,6 +32,11 @@ class Catalog(Protocol):
         """Remove a collection and everything in it; the home collection cannot be deleted."""
         ...
 
+    def identity(self, name: str) -> object | None:
+        """What tells this collection from one deleted and created again under its name (None: no such
+        collection), so that a long-lived process notices another process did that."""
+        ...
+
 
 def check_changes(home: Settings, name: str, changes: dict[str, Any]) -> None:
     """A client's settings for a new collection, refused (one line) unless allowed and valid as a whole."""

@@ -47,6 +47,16 @@ class FolderCatalog:
             set_in_config_file(folder, key, value)
         return self.settings(name)
 
+    def identity(self, name: str) -> object | None:
+        """The config file's inode: a folder deleted and made again gets a new one."""
+        if not self.exists(name):
+            return None
+        folder = self.home.index_dir.expanduser().resolve() if name == self.home.collection else self.root / name
+        try:
+            return (folder / CONFIG_NAME).stat().st_ino if name != self.home.collection else "home"
+        except FileNotFoundError:
+            return None
+
     def delete(self, name: str) -> None:
         if name == self.home.collection:
             raise CiteragError(f"the home collection {name!r} cannot be deleted (it is the index folder itself)")

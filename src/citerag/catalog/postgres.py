@@ -52,6 +52,10 @@ class PostgresCatalog:
             raise CiteragError(f"collection {name!r} already exists")
         return self.settings(name)
 
+    def identity(self, name: str) -> object | None:
+        rows = self._rows("SELECT id FROM collections WHERE name = %s", (name,))
+        return rows[0][0] if rows else None
+
     def delete(self, name: str) -> None:
         from citerag.store.postgres import PostgresStore
 

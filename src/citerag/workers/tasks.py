@@ -41,6 +41,8 @@ class Runtime:
         log.info("document %s of %s (%s): indexing, attempt %d of %d", job.document_id, job.collection, job.name,
                  run, self.attempts)
         try:
+            # Another process may have deleted the collection and created it again since this worker opened it.
+            self.core.refresh(job.collection)
             outcome = index_upload(self.core, job, serialise=False)
         except Exception as exc:
             what = "store unavailable" if isinstance(exc, StoreUnavailable) else type(exc).__name__
