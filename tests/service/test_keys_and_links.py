@@ -124,7 +124,7 @@ def test_a_key_is_compared_in_constant_time_even_when_no_key_has_its_prefix(back
         return compare(a, b)
 
     monkeypatch.setattr(keystore.hmac, "compare_digest", spy)
-    assert keys.verify("crk_00000000_" + token.split("_")[2]) is None  # no such prefix
+    assert keys.verify("crk_00000000_" + token.split("_", 2)[2]) is None  # no such prefix
     assert keys.verify("not a key") is None
     assert keys.verify(token) is not None
     assert len(compared) == 3 and all(len(a) == len(b) == 64 for a, b in compared)
