@@ -15,3 +15,8 @@ class StoreUnavailable(CiteragError):
     An environment problem, not a document's: the run stops (no document is marked failed for it) and
     `citerag retry` recovers once the cause is fixed.
     """
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line of a message (a driver's error text often runs to several)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -30,7 +30,8 @@ _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k",
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid"),
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw")}
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
-_PASSWORD_IN_URL = re.compile(r"(://[^/@:]*:)[^/@]*@")
+# user:password@ up to the last @ before the path: a password may hold an unescaped @ (libpq accepts it).
+_PASSWORD_IN_URL = re.compile(r"(://[^/@:]*:)[^/]*@")
 
 
 class SettingsError(CiteragError):
@@ -199,13 +200,13 @@ class Settings(BaseModel):
     def sqlite_dir(self) -> Path:
         """The directory of a sqlite:/// store; a SettingsError for any other scheme."""
         if self.store_scheme != "sqlite":
-            raise SettingsError([f"store_url {_redact(self.store_url)!r} is not a sqlite:/// URL"])
+            raise SettingsError([f"store_url {redact_url(self.store_url)!r} is not a sqlite:/// URL"])
         return Path(self.store_url.partition("://")[2])
 
     @property
     def safe_url(self) -> str:
         """The store URL with any password hidden: what messages and status pages show."""
-        return _redact(self.store_url)
+        return redact_url(self.store_url)
 
     def with_changes(self, **changes: Any) -> Settings:
         """A validated copy with `changes` applied (None values ignored); model_copy(update=) would not validate."""
@@ -252,7 +253,7 @@ def load_settings(index: str | Path | None = None, *, config_file: str | Path | 
         var = ENV_PREFIX + name.upper()
         if var in os.environ:
             values[name] = os.environ[var]
-            shown = _redact(os.environ[var]) if name in ("store_url", "store_read_url") else os.environ[var]
+            shown = redact_url(os.environ[var]) if name in ("store_url", "store_read_url") else os.environ[var]
             where[name] = f"{var}={shown}"
 
     for name, value in flags.items():
@@ -361,10 +362,11 @@ def _problems(exc: ValidationError, where: dict[str, str]) -> list[str]:
 
 
 def _show(field: str, value: Any) -> str:
-    return repr(_redact(value)) if field in ("store_url", "store_read_url") and isinstance(value, str) else repr(value)
+    secret = field in ("store_url", "store_read_url") and isinstance(value, str)
+    return repr(redact_url(value)) if secret else repr(value)
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """Hide a password in a postgresql://user:password@host URL before it reaches a message."""
     return _PASSWORD_IN_URL.sub(r"\1***@", url)
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from citerag.errors import CiteragError, StoreUnavailable
+from citerag.errors import CiteragError, StoreUnavailable, first_line
+from citerag.settings import redact_url
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot
 from citerag.store.pg_migrate import LATEST, applied_version, migrate
 from citerag.types import Chunk, Document, Locator, StoredChunk
@@ -63,14 +64,6 @@ def _configure_reader(conn: psycopg.Connection[Any]) -> None:
     # Every statement of a view sees one snapshot; read only, so it runs on a hot standby too.
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True
-
-
-def redact(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    auth, at, host = rest.rpartition("@")
-    if not at or ":" not in auth:
-        return url
-    return f"{scheme}{sep}{auth.partition(':')[0]}:***@{host}"
 
 
 class PostgresView:
@@ -141,14 +134,14 @@ class PostgresStore:
     def __init__(self, url: str, collection: str = "default", create: bool = False, read_url: str = "") -> None:
         self.url = url
         self.collection = collection
-        self._where = redact(url)
+        self._where = redact_url(url)
         self._closed = False
         try:
             with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
                 self._upgrade(conn)
                 self.collection_id = self._collection_id(conn, create)
         except _ENVIRONMENT as exc:
-            raise StoreUnavailable(f"cannot open the store at {self._where}: {_first_line(exc)}") from exc
+            raise StoreUnavailable(f"cannot open the store at {self._where}: {first_line(exc)}") from exc
         # Autocommit connections: every transaction is an explicit `conn.transaction()` block, which begins with
         # the connection's isolation level and read-only flag (set for readers in _configure_reader).
         options = {"connect_timeout": CONNECT_TIMEOUT_S, "autocommit": True}
@@ -190,7 +183,7 @@ class PostgresStore:
         try:
             yield
         except _ENVIRONMENT as exc:
-            raise StoreUnavailable(f"cannot {doing} the store at {self._where}: {_first_line(exc)}") from exc
+            raise StoreUnavailable(f"cannot {doing} the store at {self._where}: {first_line(exc)}") from exc
 
     @contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Any]]:
@@ -407,7 +400,3 @@ class PostgresStore:
 def _array(value: Any) -> np.ndarray:
     """A pgvector value as float32 (the binary loader gives a Vector, the text one an array)."""
     return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from citerag.errors import CiteragError, StoreUnavailable
+from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.store.pg_migrate import migrate
 from citerag.trace.store import trace_row
 
@@ -64,7 +64,7 @@ class PostgresTraceStore:
             with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
                 migrate(conn)
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"cannot reach the traces in {where}: {_first_line(exc)}") from exc
+            raise StoreUnavailable(f"cannot reach the traces in {where}: {first_line(exc)}") from exc
         pool: ConnectionPool[Any] = ConnectionPool(
             url, min_size=1, max_size=POOL_SIZE, open=True, name="citerag-traces", timeout=CONNECT_TIMEOUT_S,
             kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "autocommit": True})
@@ -76,7 +76,7 @@ class PostgresTraceStore:
             with self.pool.connection() as conn, conn.transaction():
                 yield conn
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"cannot reach the traces in {self._where}: {_first_line(exc)}") from exc
+            raise StoreUnavailable(f"cannot reach the traces in {self._where}: {first_line(exc)}") from exc
 
     def _collection_id(self, conn: psycopg.Connection[Any]) -> int | None:
         """The collection's row id; None while no row exists (the store creates it, not the trace store)."""
@@ -128,8 +128,3 @@ class PostgresTraceStore:
     def close(self) -> None:
         if self._owns_pool:
             self.pool.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -19,8 +19,9 @@ import psycopg
 from procrastinate import exceptions as pexc
 from procrastinate import jobs as pjobs
 
-from citerag.errors import CiteragError, StoreUnavailable
+from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.service.jobs import Job
+from citerag.settings import redact_url
 
 TASK = "citerag.index_document"
 QUEUE = "citerag-ingest"
@@ -38,18 +39,6 @@ def collection_prefix(collection: str) -> str:
     return f"{LOCK_PREFIX}:{collection}:"
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def redact(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    auth, at, host = rest.rpartition("@")
-    if not at or ":" not in auth:
-        return url
-    return f"{scheme}{sep}{auth.partition(':')[0]}:***@{host}"
-
-
 @contextmanager
 def reaching(url: str, doing: str) -> Iterator[None]:
     """The queue's database unreachable: a one-line StoreUnavailable (the API answers 503, the CLI one line)."""
@@ -58,7 +47,7 @@ def reaching(url: str, doing: str) -> Iterator[None]:
     except (psycopg.OperationalError, pexc.ConnectorException) as exc:
         if isinstance(exc, pexc.UniqueViolation):
             raise
-        raise StoreUnavailable(f"cannot {doing} the job queue at {redact(url)}: {_first_line(exc)}") from exc
+        raise StoreUnavailable(f"cannot {doing} the job queue at {redact_url(url)}: {first_line(exc)}") from exc
 
 
 def api_app(url: str) -> procrastinate.App:

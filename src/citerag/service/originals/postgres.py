@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from citerag.app import Collection
-from citerag.errors import CiteragError, StoreUnavailable
+from citerag.errors import CiteragError, StoreUnavailable, first_line
 
 Connect = Callable[[], AbstractContextManager[Any]]
 
@@ -48,7 +48,7 @@ class PostgresOriginals:
                 yield conn
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot {doing} an original in the store at {self._where}: "
-                                   f"{_first_line(exc)}") from exc
+                                   f"{first_line(exc)}") from exc
 
     def save(self, sha256: str, data: bytes) -> None:
         with self._conn("save") as conn:
@@ -75,11 +75,7 @@ def _collection_id(connect: Connect, name: str, where: str) -> int:
         with connect() as conn:
             row = conn.execute("SELECT id FROM collections WHERE name = %s", (name,)).fetchone()
     except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"cannot reach the store at {where}: {_first_line(exc)}") from exc
+        raise StoreUnavailable(f"cannot reach the store at {where}: {first_line(exc)}") from exc
     if row is None:
         raise CiteragError(f"no collection {name!r} in the store at {where}")
     return int(row[0])
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
