@@ -176,3 +176,36 @@ def test_a_collection_deleted_and_created_again_is_served_by_a_running_worker(pg
             pool.stop()
         assert db.documents()[second][0] == "indexed", pool.output()
         assert first not in db.documents()
+
+
+def test_succeeded_jobs_older_than_a_week_are_pruned_and_failed_ones_kept(pg_url: str, tmp_path: Path) -> None:
+    import asyncio
+
+    from citerag.workers.queue import worker_app
+    from citerag.workers.recovery import KEEP_SUCCEEDED_H, prune_finished
+    from citerag.workers.tasks import Runtime
+
+    settings = make_home(tmp_path / "home", pg_url)
+    pool = Pool(settings.index_dir, tmp_path)
+    with database(pg_url) as db:
+        try:
+            pool.start(1)
+            ids = submit(settings, [(p.name, p.read_bytes()) for p in SMALL[:3]])
+            wait_for("every job finished", lambda: len(db.jobs()) == 3
+                     and all(j["status"] == "succeeded" for j in db.jobs()), 120)
+        finally:
+            pool.stop()
+        old, failed, recent = (db.job_of(ids[p.name])["id"] for p in SMALL[:3])
+        # One succeeded job finished more than a week ago; one failed job as old (kept for its retry's bytes).
+        db.rows(f"UPDATE procrastinate_events SET at = now() - interval '{KEEP_SUCCEEDED_H + 1} hours'"
+                " WHERE job_id = ANY(%s) RETURNING 1", [old, failed])
+        db.rows("UPDATE procrastinate_jobs SET status = 'failed' WHERE id = %s RETURNING 1", failed)
+
+        async def prune() -> None:
+            app = worker_app(pg_url, 1)
+            async with app.open_async():
+                with Citerag.open_home(settings) as core:
+                    await prune_finished(app, Runtime(settings, core))
+
+        asyncio.run(prune())
+        assert {j["id"] for j in db.jobs()} == {failed, recent}

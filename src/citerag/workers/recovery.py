@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import procrastinate
 import psycopg
@@ -63,9 +64,26 @@ async def recover_stalled(app: procrastinate.App, runtime: Runtime) -> tuple[int
                                     runtime.lease_s, runs + 1, runtime.attempts)
                         await app.job_manager.retry_job(job)
                         retried += 1
+                await prune_finished(app, runtime)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (RECOVERY_LOCK,))
     return retried, given_up
+
+
+# Succeeded jobs are kept a week (what ran when, for an operator), then deleted, so that the jobs table does not
+# grow with every upload forever. Failed jobs are kept: a retry of a failed replacement finds its bytes through
+# its job (jobs_procrastinate.last_submitted).
+KEEP_SUCCEEDED_H = 24 * 7
+PRUNE_EVERY_S = 3600.0
+
+
+async def prune_finished(app: procrastinate.App, runtime: Runtime) -> None:
+    """Delete this queue's succeeded jobs older than KEEP_SUCCEEDED_H, at most once an hour per worker."""
+    now = time.monotonic()
+    if now - runtime.pruned_at < PRUNE_EVERY_S:
+        return
+    runtime.pruned_at = now
+    await app.job_manager.delete_old_jobs(nb_hours=KEEP_SUCCEEDED_H, queue=QUEUE)
 
 
 async def recover_forever(app: procrastinate.App, runtime: Runtime) -> None:

@@ -34,6 +34,7 @@ class Runtime:
         self.core = core
         self.attempts = settings.queue_attempts
         self.lease_s = settings.queue_lease_s
+        self.pruned_at = float("-inf")  # when this worker last deleted old succeeded jobs (recovery.py)
 
     def index(self, job: Job, run: int) -> str:
         """Run `job` (its `run`-th attempt); the outcome's status, or "skipped"."""
