@@ -23,7 +23,12 @@ class _Lines(logging.Handler):
               help="Home index directory: its config names the store and the queue (default ./.citerag).")
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Documents this process indexes at once (each in a thread; the encoder is shared).")
-def worker_command(index: str | None, concurrency: int) -> None:
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve this worker's ingest counters (citerag_ingest_documents_total, ..._chunks_total) for "
+                   "Prometheus at http://HOST:PORT/metrics.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the metrics listen on (another machine's Prometheus needs this machine's address).")
+def worker_command(index: str | None, concurrency: int, metrics_port: int | None, metrics_host: str) -> None:
     """Index uploaded documents from the procrastinate queue (queue = "procrastinate", a postgresql:// store).
 
     Run any number, on any machines; SIGINT or SIGTERM stops one after its running documents."""
@@ -40,4 +45,4 @@ def worker_command(index: str | None, concurrency: int) -> None:
     theirs.setLevel(logging.WARNING)
     theirs.addHandler(_Lines(logging.WARNING))
     theirs.propagate = False
-    run_worker(settings, concurrency)
+    run_worker(settings, concurrency, metrics=(metrics_host, metrics_port) if metrics_port else None)

@@ -60,12 +60,14 @@ class Worker:
     log: Path
     script: Path | None = None  # a wrapper run instead of `python -m citerag.cli`
     process: subprocess.Popen[bytes] | None = None
+    args: tuple[str, ...] = ()  # more options of `citerag worker`
 
     def start(self) -> Worker:
         command = [sys.executable, str(self.script)] if self.script else [sys.executable, "-m", "citerag.cli"]
         out = open(self.log, "ab")  # noqa: SIM115 - the child writes to it until it ends
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen([*command, "worker", "--index", str(self.home)], stdout=out, stderr=out,
+        self.process = subprocess.Popen([*command, "worker", "--index", str(self.home), *self.args], stdout=out,
+                                        stderr=out,
                                         env=env, start_new_session=True)
         out.close()
         return self

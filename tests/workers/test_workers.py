@@ -209,3 +209,32 @@ def test_succeeded_jobs_older_than_a_week_are_pruned_and_failed_ones_kept(pg_url
 
         asyncio.run(prune())
         assert {j["id"] for j in db.jobs()} == {failed, recent}
+
+
+def test_a_worker_exports_what_it_indexed_for_prometheus(pg_url: str, tmp_path: Path) -> None:
+    """With procrastinate the API process never sees an outcome: each worker serves the ingest counters itself."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+    from queue_harness import Worker
+
+    from citerag.local_postgres import free_port
+
+    settings = make_home(tmp_path / "home", pg_url)
+    port = free_port()
+    worker = Worker(settings.index_dir, tmp_path / "worker.log", args=("--metrics-port", str(port))).start()
+    good = SMALL[0]
+    broken = ("broken.pdf", b"%PDF-1.7\n" + bytes(range(256)) * 64)
+    with database(pg_url) as db:
+        try:
+            ids = submit(settings, [(good.name, good.read_bytes()), broken])
+            wait_for("both documents settled", lambda: db.settled(list(ids.values())), 120)
+            chunks = db.documents()[ids[good.name]][2]
+            samples = {(s.name, s.labels.get("outcome")): s.value
+                       for family in text_string_to_metric_families(
+                           httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+                       for s in family.samples}
+        finally:
+            worker.stop()
+    assert samples[("citerag_ingest_documents_total", "indexed")] == 1, worker.output()
+    assert samples[("citerag_ingest_documents_total", "failed")] == 1
+    assert samples[("citerag_ingest_chunks_total", None)] == chunks > 0

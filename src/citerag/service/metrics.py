@@ -42,6 +42,27 @@ DOCUMENT_STATUSES = ("indexed", "failed", "pending")
 _BY_CORE: weakref.WeakKeyDictionary[Citerag, Metrics] = weakref.WeakKeyDictionary()
 
 
+class IngestMetrics:
+    """What the ingest queue finished: counted where documents are indexed, by the API process's thread queue, or
+    by each `citerag worker` (its own --metrics-port) when the queue is procrastinate."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.documents = Counter("citerag_ingest_documents",
+                                 "Uploaded documents the ingest queue finished, by outcome.", ["outcome"],
+                                 registry=registry)
+        self.chunks = Counter("citerag_ingest_chunks", "Chunks stored by the documents the queue indexed.",
+                              registry=registry)
+        for outcome in ("indexed", "failed", "unchanged"):
+            self.documents.labels(outcome)
+
+    def finished(self, collection: Collection, outcome: Outcome) -> None:
+        self.documents.labels(outcome.status).inc()
+        if outcome.status == "indexed":
+            doc = collection.document(outcome.document_id)
+            if doc is not None:
+                self.chunks.inc(doc.chunk_count)
+
+
 class Metrics:
     """One server's registry and instruments; `bind` connects it to the core and the ingest queue at startup."""
 
@@ -55,17 +76,11 @@ class Metrics:
             ["operation", "stage"], buckets=BUCKETS, registry=self.registry)
         self.answers = Counter("citerag_answers", "Answers given, by outcome: answered or refused (NO ANSWER).",
                                ["outcome"], registry=self.registry)
-        self.ingest_documents = Counter(
-            "citerag_ingest_documents", "Uploaded documents the ingest queue finished, by outcome.",
-            ["outcome"], registry=self.registry)
-        self.ingest_chunks = Counter("citerag_ingest_chunks", "Chunks stored by the documents the queue indexed.",
-                                     registry=self.registry)
+        self.ingest = IngestMetrics(self.registry)
         self.queue_depth = Gauge("citerag_ingest_queue_depth", "Uploaded documents waiting to be indexed.",
                                  registry=self.registry)
         for outcome in ("answered", "refused"):
             self.answers.labels(outcome)
-        for outcome in ("indexed", "failed", "unchanged"):
-            self.ingest_documents.labels(outcome)
         for operation, stages in (("ask", STAGES), ("search", ("embed", "retrieve", "rerank"))):
             for stage in stages:
                 self.stages.labels(operation, stage)
@@ -75,7 +90,7 @@ class Metrics:
     def bind(self, core: Citerag, jobs: IngestQueue) -> None:
         self.core = core
         _BY_CORE[core] = self
-        jobs.on_finished = self.ingest_finished
+        jobs.on_finished = self.ingest.finished
         self.queue_depth.set_function(jobs.depth)
 
     # Fed by the routes and the queue.
@@ -90,13 +105,6 @@ class Metrics:
         for stage, seconds in timings.items():
             if stage in STAGES:  # a stage added to the core later is not a new label until it is listed here
                 self.stages.labels(operation, stage).observe(seconds)
-
-    def ingest_finished(self, collection: Collection, outcome: Outcome) -> None:
-        self.ingest_documents.labels(outcome.status).inc()
-        if outcome.status == "indexed":
-            doc = collection.document(outcome.document_id)
-            if doc is not None:
-                self.ingest_chunks.inc(doc.chunk_count)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept or "")

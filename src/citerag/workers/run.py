@@ -33,19 +33,35 @@ POLL_S = 1.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def run_worker(settings: Settings, concurrency: int = 1, name: str | None = None) -> None:
-    """Run jobs until SIGINT/SIGTERM."""
+def run_worker(settings: Settings, concurrency: int = 1, name: str | None = None,
+               metrics: tuple[str, int] | None = None) -> None:
+    """Run jobs until SIGINT/SIGTERM; with `metrics` (host, port), serve the ingest counters for Prometheus there."""
     check(settings)
-    asyncio.run(_serve(settings, concurrency, name or f"{socket.gethostname()}-{os.getpid()}"))
+    asyncio.run(_serve(settings, concurrency, name or f"{socket.gethostname()}-{os.getpid()}", metrics))
 
 
-async def _serve(settings: Settings, concurrency: int, name: str) -> None:
+def _serve_metrics(runtime: Runtime, host: str, port: int) -> None:
+    """The same ingest counters the API process exports with the thread queue, from this worker's jobs: with
+    procrastinate the API process never sees an outcome, so each worker is scraped instead."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from citerag.service.metrics import IngestMetrics
+
+    registry = CollectorRegistry()
+    runtime.on_finished = IngestMetrics(registry).finished
+    start_http_server(port, addr=host, registry=registry)
+    log.info("metrics on http://%s:%d/metrics", host, port)
+
+
+async def _serve(settings: Settings, concurrency: int, name: str, metrics: tuple[str, int] | None) -> None:
     core = Citerag.open_home(settings)
     try:
         # The encoder loaded before the first job, not during it: a missing model fails the worker at start, and
         # the first document's run (and its lease) is not charged with seconds of loading.
         await asyncio.to_thread(core.encoder, settings.embedding_model)
         runtime = Runtime(settings, core)
+        if metrics is not None:
+            _serve_metrics(runtime, *metrics)
         app = worker_app(settings.store_url, concurrency)
         register(app, runtime)
         with reaching(settings.store_url, "open"):

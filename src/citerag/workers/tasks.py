@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import procrastinate
 from procrastinate import JobContext
 
-from citerag.app import Citerag, Collection
+from citerag.app import Citerag, Collection, Outcome
 from citerag.errors import CiteragError, StoreUnavailable
 from citerag.service.jobs import Job, index_upload
 from citerag.settings import Settings
@@ -35,6 +36,7 @@ class Runtime:
         self.attempts = settings.queue_attempts
         self.lease_s = settings.queue_lease_s
         self.pruned_at = float("-inf")  # when this worker last deleted old succeeded jobs (recovery.py)
+        self.on_finished: Callable[[Collection, Outcome], None] | None = None  # each outcome (metrics)
 
     def index(self, job: Job, run: int) -> str:
         """Run `job` (its `run`-th attempt); the outcome's status, or "skipped"."""
@@ -53,6 +55,8 @@ class Runtime:
                 log.warning("document %s of %s: %s: %s; retried later (attempt %d of %d)", job.document_id,
                             job.collection, what, exc, run, self.attempts)
             raise  # procrastinate retries it (RetryStrategy) or, out of attempts, marks the job failed
+        if outcome is not None and self.on_finished is not None:
+            self.on_finished(self.core.collection(job.collection), outcome)
         status = outcome.status if outcome is not None else "skipped"
         log.info("document %s of %s (%s): %s in %.1fs", job.document_id, job.collection, job.name, status,
                  time.monotonic() - started)
@@ -63,14 +67,16 @@ class Runtime:
         log.error("document %s of %s (%s): failed: %s", job.document_id, job.collection, job.name, reason)
         try:
             collection = self.core.collection(job.collection)
-            mark_failed(collection, job, reason)
+            outcome = mark_failed(collection, job, reason)
+            if self.on_finished is not None:
+                self.on_finished(collection, outcome)
         except CiteragError as exc:  # the store is down too: the document stays pending, the job failed
             log.error("document %s of %s: could not store its failure: %s", job.document_id, job.collection, exc)
 
 
-def mark_failed(collection: Collection, job: Job, reason: str) -> None:
+def mark_failed(collection: Collection, job: Job, reason: str) -> Outcome:
     """A document that failed outside index_document (a crash, an outage) ends failed with the reason."""
-    collection.fail_document(job.document_id, job.sha256, job.name, reason)
+    return collection.fail_document(job.document_id, job.sha256, job.name, reason)
 
 
 def register(app: procrastinate.App, runtime: Runtime) -> None:
