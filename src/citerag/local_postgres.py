@@ -175,7 +175,10 @@ def main() -> None:
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)  # a service manager's stop shuts the server down cleanly, as Ctrl-C does
+    # Both set explicitly: a service manager stops with SIGTERM, and a shell script's `&` starts the process with
+    # SIGINT ignored (which Python would otherwise keep).
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         signal.pause()
     except KeyboardInterrupt:
