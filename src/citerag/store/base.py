@@ -49,6 +49,17 @@ class ChunkBatch:
         return len(self.ids)
 
 
+def checked_vectors(chunks: Sequence[Chunk], vectors: np.ndarray) -> np.ndarray:
+    """The vectors of a version to save, as contiguous float32: one per chunk and unit length (every backend
+    refuses anything else before it writes: cosine distance is ||a-b||^2/2 only then)."""
+    if len(chunks) != len(vectors):
+        raise ValueError("one vector per chunk")
+    vecs = np.ascontiguousarray(vectors, dtype=np.float32)
+    if len(vecs) and not np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3):
+        raise ValueError("vectors must be unit length: cosine distance is ||a-b||^2/2 only then")
+    return vecs
+
+
 class StoreView(Protocol):
     """One read transaction: every call sees the same commit, `generation`, whatever commits meanwhile."""
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.settings import redact_url
-from citerag.store.base import ChunkBatch, ChunkStats, Snapshot
+from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.store.pg_migrate import LATEST, applied_version, migrate
 from citerag.types import Chunk, Document, Locator, StoredChunk
 
@@ -292,11 +292,7 @@ class PostgresStore:
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
                      stats: ChunkStats, locators: list[Locator] | None = None) -> None:
-        if len(chunks) != len(vectors):
-            raise ValueError("one vector per chunk")
-        vecs = np.ascontiguousarray(vectors, dtype=np.float32)
-        if len(vecs) and not np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3):
-            raise ValueError("vectors must be unit length: cosine distance is ||a-b||^2/2 only then")
+        vecs = checked_vectors(chunks, vectors)
         model = str(stamps.get("embedding_model", ""))
         with self._write() as conn:
             # The document row first, locked: a concurrent delete or save of the same document waits here.

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.store.base import ChunkBatch, ChunkStats, Snapshot
+from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.types import Chunk, Document, Locator, StoredChunk
 
 DB_NAME = "index.sqlite3"
@@ -421,11 +421,7 @@ class SqliteStore:
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
                      stats: ChunkStats, locators: list[Locator] | None = None) -> None:
-        if len(chunks) != len(vectors):
-            raise ValueError("one vector per chunk")
-        vecs = np.ascontiguousarray(vectors, dtype=np.float32)
-        if len(vecs) and not np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3):
-            raise ValueError("vectors must be unit length: cosine distance is ||a-b||^2/2 only then")
+        vecs = checked_vectors(chunks, vectors)
         # One transaction: readers see the old version of the document or the new one, never half.
         with self._write() as db:
             # Ids from a counter, never reused (a rowid would be, after the highest is deleted): search indexes
