@@ -23,8 +23,9 @@ def imports(path: Path) -> set[str]:
     return names
 
 
-ENTRY_POINTS = [SRC / "cli.py", SRC / "cli_service.py", SRC / "cli_trace.py", *sorted((SRC / "eval").glob("*.py")),
-                *sorted((SRC / "service").rglob("*.py"))]
+ENTRY_POINTS = [SRC / "cli.py", SRC / "cli_service.py", SRC / "cli_trace.py", SRC / "cli_worker.py",
+                *sorted((SRC / "eval").glob("*.py")), *sorted((SRC / "service").rglob("*.py")),
+                *sorted((SRC / "workers").glob("*.py"))]
 
 
 @pytest.mark.parametrize("path", ENTRY_POINTS, ids=lambda p: str(p.relative_to(SRC)))

@@ -3,7 +3,6 @@ applied once however many processes start together, and the layering rule (only 
 
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
@@ -11,14 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
-import pytest
 from queue_harness import make_home
 
 from citerag.workers import queue as q
-
-SRC = Path(__file__).resolve().parents[2] / "src" / "citerag"
-INTERNALS = ("citerag.store", "citerag.search", "citerag.ingest", "citerag.embed", "citerag.answer.pipeline",
-             "citerag.answer.generators", "citerag.extract", "citerag.config", "citerag.index")
 
 
 def worker(home: Path, *env: tuple[str, str]) -> subprocess.CompletedProcess[str]:
@@ -67,15 +61,3 @@ def test_the_queue_schema_is_applied_once_when_many_processes_start_at_once(pg_u
         assert all(pool.map(start, range(6)))
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'procrastinate_jobs'").fetchone() == (1,)
-
-
-@pytest.mark.parametrize("path", [SRC / "cli_worker.py", *sorted((SRC / "workers").glob("*.py"))],
-                         ids=lambda p: p.name)
-def test_workers_use_only_the_application_core(path: Path) -> None:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    assert sorted(n for n in names if n.startswith(INTERNALS)) == []
