@@ -237,6 +237,8 @@ class Citerag:
             c.close()
         self.collections.clear()
         self.default = None
+        if self.catalog is not None:
+            self.catalog.close()
         for key in [k for k in self._models if k[0] == "cache"]:
             self._models.pop(key).close()
 

@@ -68,9 +68,12 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
     from citerag.service.keys import open_key_store
 
     settings = load_settings(index)
-    if collection is not None and not open_catalog(settings).exists(collection):
-        raise CiteragError(f"no collection {collection!r} in {settings.index_dir} "
-                           f"(collections: {', '.join(open_catalog(settings).names())})")
+    if collection is not None:
+        with closing(open_catalog(settings)) as catalog:
+            if not catalog.exists(collection):
+                where = settings.index_dir if settings.store_scheme == "sqlite" else settings.safe_url
+                raise CiteragError(f"no collection {collection!r} in {where} "
+                                   f"(collections: {', '.join(catalog.names())})")
     with closing(open_key_store(settings)) as keys:  # the home's database for a postgresql:// home
         token = keys.create(collection, scope)
     click.echo(token)

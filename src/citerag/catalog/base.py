@@ -32,6 +32,10 @@ class Catalog(Protocol):
         """Remove a collection and everything in it; the home collection cannot be deleted."""
         ...
 
+    def close(self) -> None:
+        """Release what the catalog holds open (connections)."""
+        ...
+
     def identity(self, name: str) -> object | None:
         """What tells this collection from one deleted and created again under its name (None: no such
         collection), so that a long-lived process notices another process did that."""

@@ -47,6 +47,9 @@ class FolderCatalog:
             set_in_config_file(folder, key, value)
         return self.settings(name)
 
+    def close(self) -> None:
+        """Nothing held open: every call reads the folders."""
+
     def identity(self, name: str) -> object | None:
         """The config file's inode: a folder deleted and made again gets a new one."""
         if not self.exists(name):

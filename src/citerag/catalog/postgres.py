@@ -5,28 +5,52 @@ home settings name; the others are created and deleted through the API."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from citerag.catalog.base import check_changes
-from citerag.errors import CiteragError
-from citerag.settings import Settings
+from citerag.errors import CiteragError, StoreUnavailable, first_line
+from citerag.settings import Settings, redact_url
+from citerag.store.pg_migrate import ensure_current
 
 
 class PostgresCatalog:
     def __init__(self, home: Settings) -> None:
-        from citerag.store.postgres import PostgresStore
-
-        self.home = home
-        # Opening the home store applies the schema and makes sure the home collection exists.
-        PostgresStore(home.store_url, home.collection, create=True).close()
-
-    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        import psycopg
+        from psycopg_pool import ConnectionPool
 
         from citerag.store.postgres import CONNECT_TIMEOUT_S
 
-        with psycopg.connect(self.home.store_url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+        self.home = home
+        self._where = redact_url(home.store_url)
+        # A small pool: the service asks the catalog on every request (is the path's collection still there?).
+        self._pool = ConnectionPool(home.store_url, min_size=1, max_size=4, name="citerag-catalog", open=False,
+                                    kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "autocommit": True},
+                                    timeout=CONNECT_TIMEOUT_S)
+        # The first connection by hand, so that a server that is down fails now, in one line, with its cause.
+        with self._environment(), psycopg.connect(home.store_url, connect_timeout=CONNECT_TIMEOUT_S,
+                                                  autocommit=True) as conn:
+            ensure_current(conn, self._where)
+            conn.execute("INSERT INTO collections (name) VALUES (%s) ON CONFLICT (name) DO NOTHING",
+                         (home.collection,))
+
+    @contextmanager
+    def _environment(self) -> Iterator[None]:
+        try:
+            yield
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailable(f"cannot read the collections at {self._where}: {first_line(exc)}") from exc
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        self._pool.open()  # on first use (opening an open pool does nothing)
+        with self._environment(), self._pool.connection() as conn:
             return conn.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        self._pool.close()
 
     def names(self) -> list[str]:
         others = [r[0] for r in self._rows("SELECT name FROM collections WHERE name <> %s ORDER BY name",

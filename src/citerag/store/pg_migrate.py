@@ -52,3 +52,15 @@ def migrate(conn: Any) -> list[int]:
                 conn.execute("INSERT INTO citerag_schema (version, name) VALUES (%s, %s)", (version, name))
                 done.append(version)
     return done
+
+
+def ensure_current(conn: Any, where: str) -> None:
+    """Bring the database up to this citerag's schema; one line (CiteragError) when it is newer than the code."""
+    from citerag.errors import CiteragError
+
+    found = applied_version(conn)
+    if found > LATEST:
+        raise CiteragError(f"the database at {where} has schema version {found}, this citerag knows up to "
+                           f"{LATEST}: upgrade citerag")
+    if found < LATEST:
+        migrate(conn)

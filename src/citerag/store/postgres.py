@@ -23,7 +23,7 @@ import numpy as np
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.settings import redact_url
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
-from citerag.store.pg_migrate import LATEST, applied_version, migrate
+from citerag.store.pg_migrate import ensure_current
 from citerag.types import Chunk, Document, Locator, StoredChunk
 
 try:
@@ -138,7 +138,7 @@ class PostgresStore:
         self._closed = False
         try:
             with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
-                self._upgrade(conn)
+                ensure_current(conn, self._where)
                 self.collection_id = self._collection_id(conn, create)
         except _ENVIRONMENT as exc:
             raise StoreUnavailable(f"cannot open the store at {self._where}: {first_line(exc)}") from exc
@@ -150,14 +150,6 @@ class PostgresStore:
         self.read_pool = ConnectionPool(read_url or url, min_size=1, max_size=POOL_SIZE,
                                         configure=_configure_reader, open=True, name="citerag-read",
                                         kwargs=options, timeout=CONNECT_TIMEOUT_S)
-
-    def _upgrade(self, conn: psycopg.Connection[Any]) -> None:
-        found = applied_version(conn)
-        if found > LATEST:
-            raise CiteragError(f"the database at {self._where} has schema version {found}, this citerag knows up "
-                               f"to {LATEST}: upgrade citerag")
-        if found < LATEST:
-            migrate(conn)
 
     def _collection_id(self, conn: psycopg.Connection[Any], create: bool) -> int:
         row = conn.execute("SELECT id FROM collections WHERE name = %s", (self.collection,)).fetchone()
