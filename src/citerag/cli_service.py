@@ -27,8 +27,14 @@ if TYPE_CHECKING:
 @click.option("--metrics-token-env", metavar="NAME", default=None,
               help="Environment variable holding a token that GET /metrics then requires (Bearer); "
                    "without it /metrics is open (it carries no document text).")
+@click.option("--rate-limit", default="600/minute", show_default=True, metavar="N/PERIOD",
+              help="Requests per API key (per client address without a valid key) per second, minute, hour or "
+                   "day; over it a 429 with Retry-After. `none` turns it off.")
+@click.option("--rate-limit-storage", default="memory://", show_default=True, metavar="URL",
+              help="Where the counts live: memory:// (this process) or redis://HOST:PORT/DB (shared by every "
+                   "API process).")
 def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_upload_mb: float,
-                  metrics_token_env: str | None) -> None:
+                  metrics_token_env: str | None, rate_limit: str, rate_limit_storage: str) -> None:
     """Serve the API (/v1, OpenAPI at /docs), the web page (/) and Prometheus metrics (/metrics) with uvicorn."""
     import uvicorn
 
@@ -42,7 +48,8 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
             raise CiteragError(f"--metrics-token-env {metrics_token_env}: that environment variable is not set "
                                "or empty")
     config = ServiceConfig(host=host, port=port, keys_required=not no_keys, max_upload_mb=max_upload_mb,
-                           metrics_token=metrics_token)
+                           metrics_token=metrics_token, rate_limit=rate_limit,
+                           rate_limit_storage=rate_limit_storage)
     config.check()  # before anything loads: binding beyond loopback without keys is refused
     settings = load_settings(index)
     app = create_app(settings, config)

@@ -67,7 +67,9 @@ def test_the_compose_file_has_the_services_the_page_describes() -> None:
     assert services["postgres"]["command"] == services["postgres-replica"]["command"]
     assert "max_connections=300" in services["postgres"]["command"]
     for name in ("api-1", "api-2"):
-        assert services[name]["command"] == ["citerag", "serve", "--host", "0.0.0.0", "--port", "8000"]
+        # Both API processes count requests per key against one budget, in the Redis they share.
+        assert services[name]["command"] == ["citerag", "serve", "--host", "0.0.0.0", "--port", "8000",
+                                             "--rate-limit-storage", "redis://redis:6379/1"]
     assert services["worker"]["command"][:2] == ["citerag", "worker"]
     assert services["worker"]["deploy"]["replicas"] >= 2
     for name in CITERAG_SERVICES:

@@ -21,6 +21,7 @@ from citerag.service import errors, metrics
 from citerag.service.jobs import Job, open_queue
 from citerag.service.keys import open_key_store
 from citerag.service.originals import UPLOAD_SCHEME
+from citerag.service.ratelimit import make_limiter
 from citerag.service.routes import answers, collections, documents, pages, traces
 from citerag.service.state import Service, ServiceConfig
 from citerag.settings import Settings
@@ -37,11 +38,12 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     """The service over the home collection in `settings` (its index folder) and the collections beside it."""
     config = config or ServiceConfig()
     config.check()
+    limiter = make_limiter(config.rate_limit, config.rate_limit_storage)  # a storage it cannot reach: refused now
 
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         core = Citerag.open_home(settings)
-        svc = Service(core, open_key_store(settings), open_queue(core, settings), config)
+        svc = Service(core, open_key_store(settings), open_queue(core, settings), config, limiter)
         api.state.service = svc
         api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()

@@ -34,13 +34,28 @@ def presented_key(request: Request) -> str | None:
 
 def principal(request: Request) -> Principal:
     svc = service(request)
-    if not svc.config.keys_required:
-        return LOCAL
-    token = presented_key(request)
-    found = svc.keys.verify(token) if token else None
-    if found is None:
-        raise ApiError(401, "a valid API key is required (Authorization: Bearer crk_...)")
+    found = LOCAL
+    if svc.config.keys_required:
+        token = presented_key(request)
+        verified = svc.keys.verify(token) if token else None
+        if verified is None:
+            _limit(svc, request, None)  # failed guesses are counted too, per client address
+            raise ApiError(401, "a valid API key is required (Authorization: Bearer crk_...)")
+        found = verified
+    _limit(svc, request, found)
     return found
+
+
+def _limit(svc: Service, request: Request, who: Principal | None) -> None:
+    if svc.limiter is None:
+        return
+    identity = f"key:{who.key}" if who is not None and who is not LOCAL else \
+        f"addr:{request.client.host if request.client else '-'}"
+    verdict = svc.limiter.hit(identity)
+    if not verdict.allowed:
+        raise ApiError(429, f"over the rate limit of {svc.limiter.rate} for this "
+                            f"{'key' if identity.startswith('key:') else 'address'}: retry in "
+                            f"{verdict.retry_after_s} s", headers={"Retry-After": str(verdict.retry_after_s)})
 
 
 def server_admin(who: Annotated[Principal, Depends(principal)]) -> Principal:

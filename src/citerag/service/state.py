@@ -9,6 +9,7 @@ from citerag.app import Citerag
 from citerag.errors import CiteragError
 from citerag.service.jobs import IngestQueue
 from citerag.service.keys import KeyStore
+from citerag.service.ratelimit import OFF, RateLimiter, parse_rate
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,14 @@ class ServiceConfig:
     max_files: int = 100  # files in one upload request
     # GET /metrics then needs `Authorization: Bearer TOKEN`; None: open. Never printed (repr=False).
     metrics_token: str | None = field(default=None, repr=False)
+    # Requests per key (or per client address for requests without a valid key) per window, "600/minute";
+    # None: no limit. `citerag serve` turns it on by default; an application embedding create_app chooses.
+    rate_limit: str | None = None
+    rate_limit_storage: str = "memory://"  # or redis://HOST:PORT/DB, shared by every API process
 
     def check(self) -> None:
+        if self.rate_limit is not None and self.rate_limit.strip().lower() not in OFF:
+            parse_rate(self.rate_limit)  # a wrong rate is refused before anything loads
         if not self.keys_required and not is_loopback(self.host):
             raise CiteragError(f"--no-keys serves every collection to anyone who can reach {self.host}: "
                                "it is allowed only on a loopback address (127.0.0.1, ::1)")
@@ -42,3 +49,4 @@ class Service:
     keys: KeyStore
     jobs: IngestQueue
     config: ServiceConfig
+    limiter: RateLimiter | None = None
