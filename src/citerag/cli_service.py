@@ -33,11 +33,14 @@ if TYPE_CHECKING:
 @click.option("--rate-limit-storage", default="memory://", show_default=True, metavar="URL",
               help="Where the counts live: memory:// (this process) or redis://HOST:PORT/DB (shared by every "
                    "API process).")
+@click.option("--client-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              metavar="SECONDS", help="A request's head must arrive whole within it and its body may not pause "
+                                      "longer; slower clients are cut off.")
 def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_upload_mb: float,
-                  metrics_token_env: str | None, rate_limit: str, rate_limit_storage: str) -> None:
+                  metrics_token_env: str | None, rate_limit: str, rate_limit_storage: str,
+                  client_timeout: float) -> None:
     """Serve the API (/v1, OpenAPI at /docs), the web page (/) and Prometheus metrics (/metrics) with uvicorn."""
-    import uvicorn
-
+    from citerag.service import server
     from citerag.service.app import create_app
     from citerag.service.state import ServiceConfig
 
@@ -49,7 +52,7 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
                                "or empty")
     config = ServiceConfig(host=host, port=port, keys_required=not no_keys, max_upload_mb=max_upload_mb,
                            metrics_token=metrics_token, rate_limit=rate_limit,
-                           rate_limit_storage=rate_limit_storage)
+                           rate_limit_storage=rate_limit_storage, client_timeout_s=client_timeout)
     config.check()  # before anything loads: binding beyond loopback without keys is refused
     settings = load_settings(index)
     app = create_app(settings, config)
@@ -58,7 +61,7 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
                + ("  (no keys: loopback only)" if no_keys else ""), err=True)
     if not no_keys and not _keys(settings):
         click.echo("no API keys yet: create one with `citerag keys create --scope admin`", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
+    server.run(app, host, port, client_timeout)
 
 
 @click.group("keys")

@@ -77,7 +77,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
         response.headers["X-Frame-Options"] = "DENY"
         return response
 
-    api.add_middleware(errors.LimitBody, limit=int(config.max_upload_mb * 1048576))
+    api.add_middleware(errors.LimitBody, limit=int(config.max_upload_mb * 1048576), pause_s=config.client_timeout_s)
     api.add_middleware(metrics.RequestMetrics, metrics=api.state.metrics)
     return api
 

@@ -3,6 +3,7 @@ unexpected failure is a 500 that says only its trace id (the traceback goes to t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -79,19 +80,17 @@ def install(app: FastAPI) -> None:
         return JSONResponse(body(f"internal error (trace id {trace})"), status_code=500)
 
 
-class BodyTooLarge(StarletteHTTPException):
-    """An HTTPException, so that FastAPI passes it on as it is instead of a 400 'error parsing the body'."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body over the limit of {limit / 1048576:g} MB")
-
-
 class LimitBody:
     """Refuse request bodies over `limit` bytes with a 413, by Content-Length up front or while a chunked body
-    streams in, before the multipart parser spools it to disk."""
+    streams in, before the multipart parser spools it to disk; and a body that stops arriving for `pause_s`
+    with a 408, so a slow client cannot hold a request (and its spooled upload) open for ever.
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    The refusal is not raised through the application (the middlewares inside run receive() in a task group and
+    would wrap it into a 400 "error parsing the body"): the application is told the client went away, its own
+    answer is dropped, and this one is sent instead."""
+
+    def __init__(self, app: ASGIApp, limit: int, pause_s: float = 30.0) -> None:
+        self.app, self.limit, self.pause_s = app, limit, pause_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -103,29 +102,49 @@ class LimitBody:
             return
         seen = 0
         started = False
+        body_done = False
+        refusal: tuple[int, str] | None = None
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, body_done, refusal
+            if refusal is not None:
+                return {"type": "http.disconnect"}
+            if body_done:  # after the body, receive() waits for a disconnect (server-sent events): no timeout
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.pause_s)
+            except TimeoutError:
+                refusal = (408, f"the request body paused for over {self.pause_s:g} s: send it again")
+                return {"type": "http.disconnect"}
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if seen > self.limit:
-                    raise BodyTooLarge(self.limit)
+                    refusal = (413, f"request body over the limit of {self.limit / 1048576:g} MB")
+                    return {"type": "http.disconnect"}
             return message
 
         async def tracked(message: Message) -> None:
             nonlocal started
+            if refusal is not None and not started:
+                return  # the application's answer to a body it never got whole
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, counted, tracked)
-        except BodyTooLarge:
-            if not started:
-                await _too_large(send, self.limit)
+        except Exception:
+            if refusal is None:
+                raise
+        if refusal is not None and not started:
+            await _refuse(send, *refusal)
 
 
 async def _too_large(send: Send, limit: int) -> None:
-    response = JSONResponse(body(f"request body over the limit of {limit / 1048576:g} MB"), status_code=413)
-    await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
+    await _refuse(send, 413, f"request body over the limit of {limit / 1048576:g} MB")
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    response = JSONResponse(body(message), status_code=status)
+    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body})

@@ -25,6 +25,8 @@ class ServiceConfig:
     # None: no limit. `citerag serve` turns it on by default; an application embedding create_app chooses.
     rate_limit: str | None = None
     rate_limit_storage: str = "memory://"  # or redis://HOST:PORT/DB, shared by every API process
+    # A request head must arrive whole within this, and a body may not pause longer (citerag.service.server).
+    client_timeout_s: float = 30.0
 
     def check(self) -> None:
         if self.rate_limit is not None and self.rate_limit.strip().lower() not in OFF:

@@ -1,0 +1,117 @@
+"""A slow or huge client cannot take `citerag serve` down: hundreds of connections that never finish their request
+head, a body that stops arriving, and a body streamed past the size limit, while other clients keep being
+served. The real command in a real process (its uvicorn protocol is what guards the heads)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+IDLE, TRICKLING = 300, 40
+TIMEOUT_S = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def server(tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "citerag.cli", "serve", "--index", str(tmp_path / "home"),
+                                "--port", str(port), "--no-keys", "--client-timeout", str(TIMEOUT_S),
+                                "--max-upload-mb", "1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(url + "/healthz", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"citerag serve did not start: {process.stderr.read()!r}")  # type: ignore[union-attr]
+        time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _closed_by_server(sock: socket.socket, limit_s: float = 60) -> bytes:
+    """What the server sent before closing the connection (raises if it never closes it)."""
+    sock.settimeout(limit_s)
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def test_connections_that_never_finish_their_head_are_cut_off_and_others_are_served(server: str) -> None:
+    host, port = server.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port))) for _ in range(IDLE)]
+    partial = [socket.create_connection((host, int(port))) for _ in range(TRICKLING)]
+    stop = threading.Event()
+
+    def trickle() -> None:  # one byte of a never-ending header per connection, every half second
+        while not stop.is_set():
+            for s in partial:
+                with contextlib.suppress(OSError):
+                    s.sendall(b"X")
+            time.sleep(0.5)
+
+    for s in partial:
+        s.sendall(b"GET /v1/collections HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    feeder = threading.Thread(target=trickle, daemon=True)
+    feeder.start()
+    try:
+        with httpx.Client(base_url=server, timeout=30) as client:  # everyone else meanwhile
+            codes = [client.get("/v1/collections").status_code for _ in range(20)]
+        assert codes == [200] * 20
+        assert all(_closed_by_server(s) == b"" for s in idle)  # closed without a response
+        assert all(_closed_by_server(s) == b"" for s in partial)
+    finally:
+        stop.set()
+        for s in idle + partial:
+            s.close()
+    assert httpx.get(server + "/v1/collections", timeout=30).status_code == 200
+
+
+def test_a_body_that_stops_arriving_gets_408_and_one_streamed_past_the_limit_413(server: str, tmp_path: Path) -> None:
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as slow:
+        slow.sendall(b"POST /v1/collections/default/documents HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n--b\r\n")
+        reply = _closed_by_server(slow)
+    assert reply.startswith(b"HTTP/1.1 408") and b"paused for over 2 s" in reply
+
+    def endless() -> Iterator[bytes]:  # a chunked body with no Content-Length: counted as it streams in
+        yield b"--b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"big.txt\"\r\n\r\n"
+        for _ in range(64):
+            yield b"x" * 65536
+
+    big = httpx.post(server + "/v1/collections/default/documents", content=endless(), timeout=60,
+                     headers={"Content-Type": "multipart/form-data; boundary=b"})
+    assert big.status_code == 413 and "over the limit of 1 MB" in big.json()["error"]
+    files = tmp_path / "home" / "files"
+    assert not files.exists() or not any(files.iterdir())  # nothing of it was kept
+    assert httpx.get(server + "/v1/collections", timeout=30).status_code == 200
