@@ -41,9 +41,9 @@ def test_a_key_over_its_budget_gets_429_with_retry_after_and_other_keys_do_not(t
 def test_every_api_process_counts_against_one_budget_in_redis(tmp_path: Path, redis_url: str) -> None:
     (key,) = _keys(tmp_path, 1)
     config = ServiceConfig(rate_limit="4/minute", rate_limit_storage=redis_url)
-    with live_server(tmp_path, config) as one, live_server(tmp_path, config) as two:
-        with one.client(key) as a, two.client(key) as b:
-            codes = [(a if i % 2 else b).get("/v1/collections").status_code for i in range(6)]
+    with live_server(tmp_path, config) as one, live_server(tmp_path, config) as two, \
+            one.client(key) as a, two.client(key) as b:
+        codes = [(a if i % 2 else b).get("/v1/collections").status_code for i in range(6)]
     assert codes == [200] * 4 + [429] * 2
 
 

@@ -5,7 +5,6 @@ served. The real command in a real process (its uvicorn protocol is what guards 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 import subprocess
