@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import Counter
 from collections.abc import Callable
 
 from citerag.app import Citerag, Collection, Outcome
@@ -23,7 +24,11 @@ class ThreadQueue:
     def __init__(self, app: Citerag) -> None:
         self.app = app
         self._queue: queue.Queue[Job | None] = queue.Queue()
-        self._state: dict[tuple[str, int], str] = {}  # (collection, document id) -> queued | running
+        # Per (collection, document id): jobs waiting, and whether one runs. A count, not one state per document:
+        # a replacement PUT while an earlier version waits queues a second job, which must still be reported
+        # (and counted in the depth) after the first one finishes.
+        self._waiting: Counter[tuple[str, int]] = Counter()
+        self._running: set[tuple[str, int]] = set()
         self._cancelled: set[tuple[str, int]] = set()
         # The bytes last submitted per document, so that `retry` of a replacement that failed finds them again
         # (the store keeps the served version's hash; this map lives as long as the process).
@@ -43,17 +48,18 @@ class ThreadQueue:
         key = (job.collection, job.document_id)
         with self._lock:
             self._cancelled.discard(key)
-            self._state[key] = "queued"
+            self._waiting[key] += 1
             self._submitted[key] = job
         self._queue.put(job)
 
     def state(self, collection: str, document_id: int) -> str | None:
+        key = (collection, document_id)
         with self._lock:
-            return self._state.get((collection, document_id))
+            return "running" if key in self._running else "queued" if self._waiting[key] else None
 
     def depth(self) -> int:
         with self._lock:
-            return sum(state == "queued" for state in self._state.values())
+            return sum(self._waiting.values())
 
     def cancel(self, collection: str, document_id: int) -> None:
         """A deleted document's queued job is skipped (a running one finishes; its delete waits for it on the
@@ -69,19 +75,20 @@ class ThreadQueue:
         while (job := self._queue.get()) is not None:
             key = (job.collection, job.document_id)
             with self._lock:
+                self._waiting[key] -= 1
+                if self._waiting[key] <= 0:
+                    del self._waiting[key]
                 if key in self._cancelled:
                     self._cancelled.discard(key)
-                    self._state.pop(key, None)
                     continue
-                self._state[key] = "running"
+                self._running.add(key)
             try:
                 self._index(job)
             except Exception:  # the queue must outlive any one document; the document keeps its reason
                 log.exception("indexing document %s of %s failed", job.document_id, job.collection)
             finally:
                 with self._lock:
-                    if self._state.get(key) == "running":
-                        del self._state[key]
+                    self._running.discard(key)
 
     def _index(self, job: Job) -> None:
         try:
