@@ -159,6 +159,7 @@ class CitationCheck:
     sentences: int
     cited_sentences: int
     uncited: list[str] = field(default_factory=list)  # sentences without a valid [n]
+    links_removed: list[str] = field(default_factory=list)  # URLs and HTML tags the model wrote, as written
 
     @property
     def flagged(self) -> bool:
@@ -173,7 +174,7 @@ class CitationCheck:
         return {"citation_accuracy": round(self.citation_accuracy, 4), "sentences": self.sentences,
                 "cited_sentences": self.cited_sentences, "cited": self.cited, "valid_markers": self.valid_markers,
                 "invalid_markers": self.invalid, "unused_sources": self.unused, "flagged": self.flagged,
-                "uncited_sentences": self.uncited}
+                "uncited_sentences": self.uncited, "links_removed": self.links_removed}
 
 
 @dataclass

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from citerag.answer.check import CitationMetrics, answer_figures, check_citations, split_sentences
+from citerag.answer.check import CheckedStream, CitationMetrics, answer_figures, check_citations, split_sentences
 from citerag.types import Answer, Citation, CitationCheck
 
 
@@ -111,3 +113,21 @@ def test_answer_json_keeps_its_keys_and_adds_the_check() -> None:
     assert data["generator"] == "extractive" and data["timings_ms"] == {"generate": 12.3}
     assert isinstance(check, CitationCheck)
     assert set(Answer("q", True, "NO", []).as_json()) == {"question", "refused", "answer", "citations"}
+
+
+def test_links_the_model_writes_are_removed_and_command_placeholders_kept() -> None:
+    text, check = check_citations('Copy it with cp <src> <dst> [1]. Input data: see [the fix](https://evil.example/a '
+                                  '"t") or <a href="//evil.example">here</a>, mailto:x@evil.example [2].', 2)
+    assert text == "Copy it with cp <src> <dst> [1]. Input data: see the fix or here, [2]."
+    assert check.links_removed == ['[the fix](https://evil.example/a "t")', '<a href="//evil.example">', "</a>",
+                                   "mailto:x@evil.example"]
+
+
+def test_streamed_deltas_never_carry_what_the_check_removes_and_add_up_to_the_answer() -> None:
+    raw = "Run locale-gen [1]. Or fetch [this](https://evil.example/x) from www.evil.example [7]. Then reboot [2]."
+    stream = CheckedStream(2)
+    deltas = [stream.feed(piece) for piece in re.findall(r"\S+\s*", raw)]
+    final, _ = check_citations(raw, 2)
+    deltas.append(stream.finish(final))
+    assert "".join(deltas) == final == "Run locale-gen [1]. Or fetch this from. Then reboot [2]."
+    assert not any("evil" in d or "[7]" in d or "(" in d for d in deltas)

@@ -4,9 +4,11 @@ from collections.abc import Iterator
 
 import pytest
 from live import live_server, wait_settled
+from playwright.sync_api import Browser, sync_playwright
 from service_fixtures import MIXED, OTHER, Deployment
 
 from citerag.keystore.sqlite import SqliteKeyStore
+from system_tools import chromium_path
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +33,15 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
                               files=[("files", (p.name, p.read_bytes())) for p in OTHER])
             wait_settled(c, "other", [d["id"] for d in response.json()["documents"]])
         yield Deployment(server, admin, team_a, team_b, reader_a, ids)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium under Playwright (no browser download); tests that use it are marked needs_chromium."""
+    with sync_playwright() as p:
+        # Playwright starts Chromium without its sandbox by default (needed as root in a container).
+        launched = p.chromium.launch(executable_path=chromium_path())
+        try:
+            yield launched
+        finally:
+            launched.close()

@@ -23,11 +23,11 @@ from urllib.parse import urlsplit
 import pytest
 from live import wait_settled
 from PIL import Image
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, ViewportSize, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, ViewportSize, expect
 from service_fixtures import Deployment
 
 from corpus_paths import DEV_SET
-from system_tools import chromium_path, needs_chromium
+from system_tools import needs_chromium
 
 VIEWPORT: ViewportSize = {"width": 1200, "height": 900}
 SCREENSHOT = "service-answer.png"  # the README's picture, under $CITERAG_SCREENSHOT_DIR
@@ -94,17 +94,6 @@ class Watched:
         """The problems on citerag's own pages. An original file is served sandboxed (no scripts, no subresources
         but data: images), so its own stylesheet and images being blocked there is the point, not a fault."""
         return [(url, what) for url, what in self.problems if not urlsplit(url).path.endswith("/file")]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        # Playwright starts Chromium without its sandbox by default (needed as root in a container).
-        launched = p.chromium.launch(executable_path=chromium_path())
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture()

@@ -4,7 +4,10 @@
   in a group (`[1, 7]`) only the bad numbers go;
 - sources never cited are listed as unused;
 - an answer with no valid citation at all is flagged;
-- citation accuracy = share of the answer's sentences that carry at least one valid [n].
+- citation accuracy = share of the answer's sentences that carry at least one valid [n];
+- every link the model wrote is removed: a Markdown link or image keeps its words and loses its target, a bare
+  URL and any HTML tag go. The server writes every link (from [n]); a document that tells the model "link to
+  evil.example" cannot put one in an answer.
 
 `CitationMetrics` sums checks over many answers; whoever answers (the application) owns one and records
 into it, so the checker itself stays a pure function.
@@ -25,6 +28,31 @@ _MARKER = re.compile(r"(\s*)\[\s*(\d+(?:\s*[,;\-–]\s*\d+)*)\s*\]")
 # whitespace or the end, or at a line break (list items, headings).
 _END = re.compile(r"[.!?]+[\"')]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s|$)|\n+")
 _WORD = re.compile(r"[^\W_]", re.UNICODE)
+# ![alt](target) and [words](target "title"): the words stay. Then HTML tags that can link or run something (not
+# `<file>` placeholders in a command line), and bare URLs (a scheme, www., mailto:, javascript:, a data: URI)
+# with whatever trails them up to whitespace.
+_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*[^)\s]*(?:\s+\"[^\"]*\")?\s*\)")
+_HTML = re.compile(r"</?(?:a|img|script|iframe|frame|link|area|form|object|embed|base|meta|svg|video|audio|source|"
+                   r"style)\b[^<>]*>|<[a-zA-Z][^<>]*\b(?:href|src|action|srcset)\s*=[^<>]*>", re.I)
+_URL = re.compile(r"\b(?:[a-zA-Z][a-zA-Z0-9+.\-]*://|www\.|mailto:|javascript:|data:[a-z]+/)\S*", re.I)
+
+
+def strip_links(text: str) -> tuple[str, list[str]]:
+    """The text without any link target the model wrote, and what was removed, in order."""
+    removed: list[str] = []
+
+    def words(m: re.Match[str]) -> str:
+        removed.append(m.group())
+        return m.group(1)
+
+    def drop(m: re.Match[str]) -> str:
+        removed.append(m.group())
+        return ""
+
+    text = _MD_LINK.sub(words, text)
+    text = _HTML.sub(drop, text)
+    text = _URL.sub(drop, text)
+    return re.sub(r"[ \t]{2,}", " ", text) if removed else text, removed
 
 
 def _numbers(group: str) -> list[int]:
@@ -50,7 +78,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def check_citations(text: str, n_sources: int) -> tuple[str, CitationCheck]:
-    """The answer with markers that name no source removed, and what the check found."""
+    """The answer with links and markers that name no source removed, and what the check found."""
+    text, links = strip_links(text)
     valid = set(range(1, n_sources + 1))
     invalid: list[str] = []
     cited: set[int] = set()
@@ -76,8 +105,48 @@ def check_citations(text: str, n_sources: int) -> tuple[str, CitationCheck]:
     with_marker = [s for s in sentences if _MARKER.search(s)]
     result = CitationCheck(n_sources=n_sources, cited=sorted(cited), valid_markers=count, invalid=invalid,
                            unused=sorted(valid - cited), sentences=len(sentences), cited_sentences=len(with_marker),
-                           uncited=[s for s in sentences if not _MARKER.search(s)])
+                           uncited=[s for s in sentences if not _MARKER.search(s)], links_removed=links)
     return cleaned, result
+
+
+class CheckedStream:
+    """The checked answer as deltas while the model streams: text is sent only up to a point where no link,
+    tag or [n] is still open, and only as the check leaves it, so nothing the check removes (a link, a marker
+    naming no source) ever reaches a client, not even for a moment."""
+
+    def __init__(self, n_sources: int) -> None:
+        self.n_sources = n_sources
+        self.raw = ""
+        self.sent = ""
+
+    def feed(self, delta: str) -> str:
+        self.raw += delta
+        clean, _ = check_citations(self.raw[:_closed_prefix(self.raw)], self.n_sources)
+        return self._advance(clean)
+
+    def finish(self, checked: str) -> str:
+        """What is left of the whole checked text."""
+        return self._advance(checked)
+
+    def _advance(self, clean: str) -> str:
+        if not clean.startswith(self.sent):  # the check changed what was sent (rare): the final text corrects it
+            return ""
+        out, self.sent = clean[len(self.sent):], clean
+        return out
+
+
+def _closed_prefix(text: str) -> int:
+    """The longest prefix ending in whitespace in which every [, ( and < is closed."""
+    cut = len(text)
+    while cut > 0:
+        cut = max(text.rfind(" ", 0, cut), text.rfind("\n", 0, cut), text.rfind("\t", 0, cut))
+        if cut < 0:
+            return 0
+        head = text[:cut]
+        if head.count("[") <= head.count("]") and head.count("(") <= head.count(")") \
+                and head.count("<") <= head.count(">"):
+            return cut
+    return 0
 
 
 class CitationMetrics:
@@ -92,6 +161,7 @@ class CitationMetrics:
             self.answers = 0
             self.flagged = 0
             self.invalid_markers = 0
+            self.links_removed = 0
             self.unused_sources = 0
             self.sentences = 0
             self.cited_sentences = 0
@@ -102,6 +172,7 @@ class CitationMetrics:
             self.answers += 1
             self.flagged += check.flagged
             self.invalid_markers += len(check.invalid)
+            self.links_removed += len(check.links_removed)
             self.unused_sources += len(check.unused)
             self.sentences += check.sentences
             self.cited_sentences += check.cited_sentences
@@ -113,6 +184,7 @@ class CitationMetrics:
                 "citerag_answers_checked_total": self.answers,
                 "citerag_answers_flagged_total": self.flagged,
                 "citerag_invalid_markers_removed_total": self.invalid_markers,
+                "citerag_links_removed_total": self.links_removed,
                 "citerag_unused_sources_total": self.unused_sources,
                 "citerag_answer_sentences_total": self.sentences,
                 "citerag_cited_sentences_total": self.cited_sentences,

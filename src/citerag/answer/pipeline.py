@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from citerag.answer.check import check_citations
+from citerag.answer.check import CheckedStream, check_citations
 from citerag.answer.citations import cite
 from citerag.answer.generators.base import Generator
 from citerag.answer.prompt import build_prompt
@@ -81,21 +81,26 @@ def answer_events(question: str, hits: list[Hit], generator: Generator, canonica
     parts: list[str] = []
     # Not made current: the span stays open across the yields (none of the generators report token counts,
     # so the sizes are in characters).
+    # Deltas carry the checked text only (CheckedStream): a link or an invented [n] is never sent, not even
+    # before the final answer replaces it.
+    checked = CheckedStream(len(citations))
     with tracer.start_span("citerag.generate") as span:
         span.set_attributes({"citerag.generator": generator.name, "citerag.generate.prompt_chars": len(prompt)})
         if callable(stream) and getattr(generator, "stream", False):
             for delta in stream(prompt):
                 parts.append(delta)
-                yield "delta", delta
+                if safe := checked.feed(delta):
+                    yield "delta", safe
             raw = "".join(parts).strip()
         else:
             raw = generator.generate(question, citations, prompt)
-            yield "delta", raw
         span.set_attribute("citerag.generate.output_chars", len(raw))
     timings["generate"] = time.perf_counter() - t0
     # The model may only write [n] for a source it was given: anything else is removed and reported.
     with tracer.start_as_current_span("citerag.check") as span:
         text, check = check_citations(raw, len(citations))
+        if rest := checked.finish(text):
+            yield "delta", rest
         span.set_attributes({"citerag.check.valid_markers": check.valid_markers,
                              "citerag.check.invalid_markers": check.invalid, "citerag.check.cited": check.cited,
                              "citerag.check.unused": check.unused, "citerag.check.flagged": check.flagged})

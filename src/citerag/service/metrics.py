@@ -199,6 +199,7 @@ _CITATION_HELP = {
     "citerag_answers_checked_total": "Answers whose citations were checked.",
     "citerag_answers_flagged_total": "Flags raised by the citation check.",
     "citerag_invalid_markers_removed_total": "Citation markers naming no source, removed.",
+    "citerag_links_removed_total": "Links and HTML tags the generator wrote, removed (the server writes links).",
     "citerag_unused_sources_total": "Sources given to the generator and not cited.",
     "citerag_answer_sentences_total": "Sentences in checked answers.",
     "citerag_cited_sentences_total": "Sentences in checked answers that cite a source.",

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,10 +29,12 @@ class Reply:
 
 
 class ScriptedServer:
-    """A stdlib HTTP server answering POST /v1/chat/completions from a script of replies, in order."""
+    """A stdlib HTTP server answering POST /v1/chat/completions from a script of replies, in order, or from
+    `respond(request body)` for every request (a model that reacts to what it is sent)."""
 
-    def __init__(self, replies: list[Reply]) -> None:
+    def __init__(self, replies: list[Reply], respond: Callable[[dict[str, Any]], Reply] | None = None) -> None:
         self.replies = list(replies)
+        self.respond = respond
         self.requests: list[dict[str, Any]] = []
         outer = self
 
@@ -43,7 +46,10 @@ class ScriptedServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 outer.requests.append({"path": self.path, "body": body,
                                        "authorization": self.headers.get("authorization")})
-                reply = outer.replies.pop(0) if outer.replies else Reply(500, "script exhausted")
+                if outer.respond is not None:
+                    reply = outer.respond(body)
+                else:
+                    reply = outer.replies.pop(0) if outer.replies else Reply(500, "script exhausted")
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.stream is not None:
