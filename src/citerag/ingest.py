@@ -9,6 +9,7 @@ disk, an I/O error) are no document's fault: they stop the run, and `retry` pick
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from citerag.types import Document
 DERIVED_STAMPS = {"embedding_dim"}
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
+log = logging.getLogger("citerag.ingest")
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,8 @@ def discover(paths: Iterable[Path]) -> Discovered:
         path = given.resolve()
         if path.is_dir():
             roots.append(path)
-            found = [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in suffixes
-                     and not any(part.startswith(".") for part in p.relative_to(path).parts)]
+            found = _inside(path, [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in suffixes
+                                   and not any(part.startswith(".") for part in p.relative_to(path).parts)])
             if not found:
                 raise CiteragError(f"no documents under {display_path(given)} "
                                    f"(supported: {' '.join(sorted(suffixes))})")
@@ -102,6 +104,21 @@ def discover(paths: Iterable[Path]) -> Discovered:
         else:
             raise CiteragError(f"not a regular file or directory: {display_path(given)}")
     return Discovered(list(dict.fromkeys(files)), roots)
+
+
+def _inside(root: Path, paths: list[Path]) -> list[Path]:
+    """The files a folder really holds: a symbolic link is followed only to a file under the same folder (and
+    then taken as that file, so it is not indexed twice); one leading out of it is skipped and said, so that
+    indexing a folder never reads what its owner did not put in it. (Linked folders are not entered at all.)"""
+    kept = []
+    for p in paths:
+        target = p.resolve()
+        if target.is_relative_to(root):
+            kept.append(target)
+        else:
+            log.warning("skipped %s: a symbolic link out of %s (name the file itself to index it)",
+                        display_path(p), display_path(root))
+    return kept
 
 
 def display_path(path: Path) -> str:
