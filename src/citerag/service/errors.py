@@ -4,6 +4,7 @@ unexpected failure is a 500 that says only its trace id (the traceback goes to t
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from typing import Any
 
@@ -72,6 +73,16 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(CiteragError)
     async def citerag_error(request: Request, exc: CiteragError) -> JSONResponse:
         return JSONResponse(body(str(exc)), status_code=422)
+
+    @app.exception_handler(OSError)
+    async def disk(request: Request, exc: OSError) -> JSONResponse:
+        # The server's own disk, said as such (nothing the client sent was wrong; nothing was half stored).
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return JSONResponse(body("the server's disk is full: nothing was stored; try again when space is "
+                                     "freed"), status_code=507)
+        if exc.errno == errno.EROFS:
+            return JSONResponse(body("the server's storage is read-only: nothing was stored"), status_code=503)
+        return await unexpected(request, exc)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
