@@ -162,6 +162,10 @@ def persist(current: SearchIndexes, store: Store) -> SearchIndexes:
     only safe on top of the newest manifest); either way the result has caught up with the store.
     """
     directory = current.directory
+    on_disk = _read_manifest(directory)
+    if on_disk is not None and on_disk.get("token") == current.token and \
+            current.generation == on_disk.get("generation") == store.generation():
+        return current  # saved already: no lock file either, so an index on a read-only mount is left as it is
     directory.mkdir(parents=True, exist_ok=True)
     with FileLock(directory / "lock", timeout=LOCK_TIMEOUT_S):
         on_disk = _read_manifest(directory)

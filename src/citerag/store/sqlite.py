@@ -5,12 +5,17 @@ fast enough for tens of thousands of chunks; an approximate index belongs to the
 
 Concurrency: the file is in WAL mode, so readers (search, `status`) never wait for the indexer and see
 whole commits only. Opening a current index reads and nothing else; only creating or upgrading one writes.
+
+A read-only mount: SQLite cannot open a WAL file whose -shm it cannot create ("unable to open database file"),
+so an index on a file system mounted read-only is opened immutable (nobody can change it there, root included)
+and answers searches; every write says the file system is read-only instead of failing half way.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -18,6 +23,7 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
@@ -125,6 +131,14 @@ def _environment_cause(exc: BaseException) -> str | None:
     return None
 
 
+def _on_read_only_mount(folder: Path) -> bool:
+    """Whether `folder` is on a file system mounted read-only (file permissions do not stop root; a mount does)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -229,6 +243,8 @@ class SqliteStore:
         if not self.path.exists():
             if not create:
                 raise CiteragError(f"no index at {index_dir}: run `citerag ingest PATH` first")
+            if index_dir.is_dir() and _on_read_only_mount(index_dir):
+                raise StoreUnavailable(f"cannot create an index in {index_dir}: read-only file system")
             try:
                 index_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -255,7 +271,13 @@ class SqliteStore:
         """This thread's connection, opened on its first use."""
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is not None:
-            return db
+            if not self._local.read_only or _on_read_only_mount(self.path.parent):
+                return db
+            # Mounted read-write again: an immutable connection would miss (or tear on) the writes that follow.
+            db.close()
+            with self._lock:
+                if db in self._connections:
+                    self._connections.remove(db)
         if self._closed:
             raise CiteragError(f"the index at {self.path.parent} was closed")
         return self._connect()
@@ -264,14 +286,27 @@ class SqliteStore:
         with self._environment("open"):
             # check_same_thread=False only so that close() may run on another thread; each connection is
             # used by the thread that opened it.
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            read_only = _on_read_only_mount(self.path.parent) and self.path.exists()
+            db = sqlite3.connect(self._read_only_uri() if read_only else self.path, isolation_level=None,
+                                 check_same_thread=False, uri=read_only)
             # Connection settings only: nothing here writes to the file.
             db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             db.execute("PRAGMA foreign_keys = ON")
-        self._local.db = db
+        self._local.db, self._local.read_only = db, read_only
         with self._lock:
             self._connections.append(db)
         return db
+
+    def _read_only_uri(self) -> str:
+        """The URI that reads the file on a read-only mount: immutable when every commit is in the main file (a
+        clean close checkpoints and removes the -wal), else read-only through the -wal and -shm a writer left."""
+        wal, shm = (self.path.with_name(self.path.name + suffix) for suffix in ("-wal", "-shm"))
+        if not wal.exists() or wal.stat().st_size == 0:
+            return f"file:{quote(str(self.path))}?immutable=1"
+        if not shm.exists():
+            raise StoreUnavailable(f"cannot open the index at {self.path}: it is on a read-only file system and its "
+                                   f"last writes are only in {wal.name}: mount it read-write once to complete them")
+        return f"file:{quote(str(self.path))}?mode=ro"
 
     def _open(self, index_dir: Path, create: bool) -> None:
         try:
@@ -316,6 +351,9 @@ class SqliteStore:
 
     def _upgrade(self, index_dir: Path, create: bool) -> None:
         """Create the schema or migrate to it, in one write transaction, before anything reads the index."""
+        if self._local.read_only:
+            raise StoreUnavailable(f"cannot {'create' if create else 'upgrade'} the index at {self.path}: "
+                                   "read-only file system")
         # WAL is a property of the file: set once by the writer that creates or upgrades it, never by readers.
         self._db.execute("PRAGMA journal_mode = WAL")
         with self._write():
@@ -357,27 +395,31 @@ class SqliteStore:
     def _write(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT, rolled back whole on any error (autocommit mode otherwise)."""
         with self._environment("write"):
-            self._db.execute("BEGIN IMMEDIATE")
+            db = self._db  # one connection for the whole transaction
+            if self._local.read_only:
+                raise StoreUnavailable(f"cannot write the index at {self.path}: read-only file system")
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
-                self._db.execute("COMMIT")
+                yield db
+                db.execute("COMMIT")
             except BaseException:
                 # SQLite rolls back by itself on some errors (a full disk); a second ROLLBACK would fail.
                 # If ROLLBACK fails too, the original error is the one to report; closing undoes the rest.
-                if self._db.in_transaction:
+                if db.in_transaction:
                     with suppress(sqlite3.Error):
-                        self._db.execute("ROLLBACK")
+                        db.execute("ROLLBACK")
                 raise
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction: under WAL every statement in it sees the same commit."""
         with self._environment("read"):
-            self._db.execute("BEGIN")
+            db = self._db  # one connection for the whole transaction
+            db.execute("BEGIN")
             try:
-                yield self._db
+                yield db
             finally:
-                self._db.execute("COMMIT")  # ends the read; there is nothing to write
+                db.execute("COMMIT")  # ends the read; there is nothing to write
 
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         with self._environment("read"):
