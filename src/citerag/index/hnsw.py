@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from citerag.index.exact import ExactIndex
-from citerag.index.files import fsync_path, load_arrays, new_name, save_arrays
+from citerag.index.files import fsync_path, load_arrays, new_name, save_arrays, write_error
 from citerag.store.base import ChunkBatch
 
 # Measured on the scale benchmark's vectors (near-copies of the 1,343 dev-set chunk vectors at cosine 0.84-0.91
@@ -56,7 +56,10 @@ def search_expansion(graph_size: int) -> int:
 
 
 def _restore(path: Path, view: bool) -> Any:
-    graph = _usearch().restore(str(path), view=view)
+    try:
+        graph = _usearch().restore(str(path), view=view)
+    except RuntimeError as exc:  # e.g. "File is corrupted and can't fit all the nodes": the caller rebuilds
+        raise OSError(f"HNSW graph {path} is unreadable ({exc})") from exc
     if graph is None:
         raise OSError(f"HNSW graph {path} is unreadable")
     graph.expansion_search = search_expansion(graph.size)  # not kept in the file: a restored graph would use 64
@@ -177,7 +180,7 @@ class HnswIndex:
             part = rows[start:start + 65_536]
             graph.add(self.exact.rows.ids[part], self.exact.vectors(part), threads=threads)
         name = new_name("hnsw-graph", ".usearch")
-        graph.save(str(directory / name))
+        _save_graph(graph, directory / name)
         fsync_path(directory / name)
         self.graph_ids = np.sort(self.exact.rows.ids[live])
         self.graph_live = np.ones(len(self.graph_ids), dtype=bool)
@@ -197,3 +200,18 @@ class HnswIndex:
     @staticmethod
     def files(state: dict[str, Any]) -> set[str]:
         return ExactIndex.files(state["exact"]) | ({state["graph"], state["graph_ids"]} - {None})
+
+
+def _save_graph(graph: Any, path: Path) -> None:
+    """Write the graph; a failed write is an OSError naming its cause, as every other index file's (a save that
+    fails loses nothing: the store has committed, the indexes catch up from it), and frees its room at once."""
+    try:
+        graph.save(str(path))
+        # usearch may report success for a file it could not finish (measured: a full tmpfs left a graph that
+        # its restore calls corrupted); the length it meant to write says.
+        if (written := path.stat().st_size) != graph.serialized_length:
+            raise RuntimeError(f"{written} of {graph.serialized_length} bytes written")
+    except RuntimeError as exc:  # usearch says only "Failed to serialize into stream", whatever the cause
+        error = write_error(path, exc)
+        path.unlink(missing_ok=True)
+        raise error from exc
