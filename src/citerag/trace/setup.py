@@ -29,6 +29,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from citerag.errors import first_line
+
 log = logging.getLogger("citerag")
 tracer = trace.get_tracer("citerag")  # a proxy until a provider is set: stages need no set-up to run
 OPERATION = "citerag.operation"
@@ -67,8 +69,9 @@ class Collector(SpanProcessor):
         if is_operation and write is not None:
             try:
                 write(spans)
-            except Exception:  # a trace that cannot be kept must never fail the query it describes
-                log.warning("trace %s not kept", trace_id_hex(ctx.trace_id), exc_info=True)
+            except Exception as exc:  # a trace that cannot be kept must never fail the query it describes
+                # The cause in the line itself: the CLI shows a warning's message only (a full or read-only disk).
+                log.warning("trace %s not kept (%s)", trace_id_hex(ctx.trace_id), first_line(exc), exc_info=True)
 
     def shutdown(self) -> None:
         with self._lock:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 
 from citerag.app import Collection
+from citerag.errors import StoreUnavailable
+
+# The machine's failures, not the upload's: a full disk or quota, a read-only or failing file system.
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
 
 
 class FolderOriginals:
@@ -19,15 +24,23 @@ class FolderOriginals:
         return cls(collection.settings.sqlite_dir / "files", collection)
 
     def save(self, sha256: str, data: bytes) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / sha256
         if path.exists():
             return
-        # A name of its own per writer: two uploads of the same bytes at once must not share a temporary file.
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{sha256}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)  # complete or absent, never half written
+        tmp: str | None = None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            # A name of its own per writer: two uploads of the same bytes at once must not share a temporary file.
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{sha256}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)  # complete or absent, never half written
+        except OSError as exc:
+            if tmp is not None:  # a full disk stops the write half way: no half-written file stays behind
+                Path(tmp).unlink(missing_ok=True)
+            if exc.errno in _ENVIRONMENT_ERRNOS:
+                raise StoreUnavailable(f"cannot store the upload in {self.folder}: {exc.strerror}") from exc
+            raise
 
     def read(self, sha256: str) -> bytes | None:
         try:
