@@ -47,5 +47,8 @@ class LocalSearch:
             try:
                 self.indexes = persist(self._loaded(), store)
             except (OSError, IndexLockTimeout, StoreUnavailable) as exc:
+                # A failed save may have left the indexes in memory naming files it wrote and then removed:
+                # the next use loads the saved state again and catches up from the store.
+                self.indexes = None
                 log.warning("search indexes in %s not saved (%s): they catch up from the store instead",
                             self.directory, getattr(exc, "strerror", None) or exc)

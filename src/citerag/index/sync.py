@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,10 +110,11 @@ def _files(state: dict[str, Any]) -> set[str]:
     return names
 
 
-def _remove_unnamed(directory: Path, state: dict[str, Any]) -> None:
-    """Delete files no manifest names any more. A reader that mapped them keeps them until it unmaps (POSIX);
-    one that read the old manifest but had not opened them yet retries with the new one (`load`)."""
-    keep = _files(state)
+def _remove_unnamed(directory: Path, state: dict[str, Any] | None) -> None:
+    """Delete files no manifest names any more (all but the manifest and the lock when there is none). A reader
+    that mapped them keeps them until it unmaps (POSIX); one that read the old manifest but had not opened them yet
+    retries with the new one (`load`)."""
+    keep = _files(state) if state is not None else {MANIFEST, "lock"}
     for path in directory.iterdir():
         if path.name not in keep:
             if path.is_dir():
@@ -176,5 +178,13 @@ def persist(current: SearchIndexes, store: Store) -> SearchIndexes:
         with store.view() as view:
             current.catch_up(view)
         if on_disk is None or on_disk.get("generation") != current.generation or current.token is None:
-            current.save()
+            try:
+                current.save()
+            except BaseException:
+                # A save cut short (a full disk) leaves files no manifest names: remove them now, under the lock
+                # no other writer holds, or every later attempt on a disk short of room leaves more of them. The
+                # caller drops `current`, which may name them.
+                with suppress(OSError):
+                    _remove_unnamed(directory, _read_manifest(directory))
+                raise
     return current
