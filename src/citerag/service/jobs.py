@@ -1,7 +1,8 @@
 """Uploads are indexed in the background, one job per document, by one of two queues behind `IngestQueue`:
 
-- "thread" (jobs_thread.py, the default): a thread of the API process; nothing outlives the process (documents
-  left `pending` are queued again when it starts, from their stored bytes). One machine, one API process.
+- "thread" (jobs_thread.py, the default): a thread of the API process; jobs not yet run are kept in a journal
+  (INDEX/jobs/) and run when a killed or stopped server starts again, from their stored bytes. One machine, one
+  API process.
 - "procrastinate" (jobs_procrastinate.py, citerag.workers): jobs in the PostgreSQL store's own database, run by
   any number of `citerag worker` processes on any machine; they outlive every process.
 
@@ -63,9 +64,9 @@ def open_queue(app: Citerag, settings: Settings) -> IngestQueue:
         from citerag.service.jobs_procrastinate import ProcrastinateQueue
 
         return ProcrastinateQueue(settings)
-    from citerag.service.jobs_thread import ThreadQueue
+    from citerag.service.jobs_thread import JOURNAL, ThreadQueue
 
-    return ThreadQueue(app)
+    return ThreadQueue(app, settings.index_dir / JOURNAL)
 
 
 def index_upload(app: Citerag, job: Job, *, serialise: bool = True) -> Outcome | None:
