@@ -16,6 +16,15 @@ class StoreUnavailable(CiteragError):
     `citerag retry` recovers once the cause is fixed.
     """
 
+    def __init__(self, message: str, cause: str | None = None) -> None:
+        super().__init__(message)
+        # What an API can tell a client without reading the message: FULL (no space left, or a quota), READ_ONLY,
+        # or None (I/O, locked, unreachable).
+        self.cause = cause
+
+
+FULL, READ_ONLY = "full", "read-only"
+
 
 def first_line(exc: BaseException) -> str:
     """An exception as one line of a message (a driver's error text often runs to several)."""

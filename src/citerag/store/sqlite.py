@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from citerag.errors import CiteragError, StoreUnavailable
+from citerag.errors import FULL, READ_ONLY, CiteragError, StoreUnavailable
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.types import Chunk, Document, Locator, StoredChunk
 
@@ -128,6 +128,17 @@ def _environment_cause(exc: BaseException) -> str | None:
             return text
     elif isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
         return exc.strerror or str(exc)
+    return None
+
+
+def _cause_kind(exc: BaseException) -> str | None:
+    """FULL or READ_ONLY when the failure is one of those (StoreUnavailable.cause), else None."""
+    code = getattr(exc, "sqlite_errorname", "")
+    number = getattr(exc, "errno", None)
+    if code.startswith("SQLITE_FULL") or number in (errno.ENOSPC, errno.EDQUOT):
+        return FULL
+    if code.startswith("SQLITE_READONLY") or number == errno.EROFS:
+        return READ_ONLY
     return None
 
 
@@ -244,7 +255,7 @@ class SqliteStore:
             if not create:
                 raise CiteragError(f"no index at {index_dir}: run `citerag ingest PATH` first")
             if index_dir.is_dir() and _on_read_only_mount(index_dir):
-                raise StoreUnavailable(f"cannot create an index in {index_dir}: read-only file system")
+                raise StoreUnavailable(f"cannot create an index in {index_dir}: read-only file system", READ_ONLY)
             try:
                 index_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -305,7 +316,8 @@ class SqliteStore:
             return f"file:{quote(str(self.path))}?immutable=1"
         if not shm.exists():
             raise StoreUnavailable(f"cannot open the index at {self.path}: it is on a read-only file system and its "
-                                   f"last writes are only in {wal.name}: mount it read-write once to complete them")
+                                   f"last writes are only in {wal.name}: mount it read-write once to complete them",
+                                   READ_ONLY)
         return f"file:{quote(str(self.path))}?mode=ro"
 
     def _open(self, index_dir: Path, create: bool) -> None:
@@ -353,7 +365,7 @@ class SqliteStore:
         """Create the schema or migrate to it, in one write transaction, before anything reads the index."""
         if self._local.read_only:
             raise StoreUnavailable(f"cannot {'create' if create else 'upgrade'} the index at {self.path}: "
-                                   "read-only file system")
+                                   "read-only file system", READ_ONLY)
         # WAL is a property of the file: set once by the writer that creates or upgrades it, never by readers.
         self._db.execute("PRAGMA journal_mode = WAL")
         with self._write():
@@ -389,7 +401,7 @@ class SqliteStore:
             cause = _environment_cause(exc)
             if cause is None:
                 raise
-            raise StoreUnavailable(f"cannot {doing} the index at {self.path}: {cause}") from exc
+            raise StoreUnavailable(f"cannot {doing} the index at {self.path}: {cause}", _cause_kind(exc)) from exc
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -397,7 +409,7 @@ class SqliteStore:
         with self._environment("write"):
             db = self._db  # one connection for the whole transaction
             if self._local.read_only:
-                raise StoreUnavailable(f"cannot write the index at {self.path}: read-only file system")
+                raise StoreUnavailable(f"cannot write the index at {self.path}: read-only file system", READ_ONLY)
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db

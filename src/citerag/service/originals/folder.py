@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from citerag.app import Collection
-from citerag.errors import StoreUnavailable
+from citerag.errors import FULL, READ_ONLY, StoreUnavailable
 
 # The machine's failures, not the upload's: a full disk or quota, a read-only or failing file system.
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
@@ -39,7 +39,8 @@ class FolderOriginals:
             if tmp is not None:  # a full disk stops the write half way: no half-written file stays behind
                 Path(tmp).unlink(missing_ok=True)
             if exc.errno in _ENVIRONMENT_ERRNOS:
-                raise StoreUnavailable(f"cannot store the upload in {self.folder}: {exc.strerror}") from exc
+                cause = {errno.ENOSPC: FULL, errno.EDQUOT: FULL, errno.EROFS: READ_ONLY}.get(exc.errno)
+                raise StoreUnavailable(f"cannot store the upload in {self.folder}: {exc.strerror}", cause) from exc
             raise
 
     def read(self, sha256: str) -> bytes | None:
