@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citerag.app import EmptyCollection, GeneratorError
-from citerag.errors import CiteragError, StoreUnavailable
+from citerag.errors import FULL, CiteragError, StoreUnavailable
 
 log = logging.getLogger("citerag.service")
 
@@ -64,6 +64,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StoreUnavailable)
     async def unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        if exc.cause == FULL:  # Insufficient Storage: the server's disk, not anything the client sent
+            return JSONResponse(body(f"the server's disk is full, nothing was stored: {exc}"), status_code=507)
         return JSONResponse(body(f"the store is unavailable: {exc}"), status_code=503)
 
     @app.exception_handler(GeneratorError)
