@@ -37,7 +37,8 @@ def namespace_prefix() -> tuple[tuple[str, ...] | None, str]:
     read-only a tmpfs (tried for real), or None and why not."""
     unshare, mount = shutil.which("unshare"), shutil.which("mount")
     if unshare is None or mount is None:
-        return None, NAMESPACES_MISSING.format("unshare or mount not installed: apt-get install util-linux mount")
+        return None, "unshare or mount not installed (the full-disk and read-only tests mount a tmpfs in a private " \
+                     "mount namespace): apt-get install util-linux mount"
     candidates = [(unshare, "-rm")] + ([(unshare, "-m")] if os.geteuid() == 0 else [])
     reason = ""
     with tempfile.TemporaryDirectory() as folder:
