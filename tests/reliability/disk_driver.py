@@ -57,7 +57,9 @@ def mount(folder: Path, size: str) -> None:
 
 
 def remount(folder: Path, options: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,{options}", str(folder)], check=True)
+    # The source named ("none"): with the mount point alone, mount(8) repeats the options it reads back (uid=...),
+    # which a user namespace of a non-root user refuses ("mount point not mounted or bad option").
+    subprocess.run(["mount", "-o", f"remount,{options}", "none", str(folder)], check=True)
 
 
 def free_bytes(folder: Path) -> int:

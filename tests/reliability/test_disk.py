@@ -28,7 +28,7 @@ DRIVER = Path(__file__).resolve().parent / "disk_driver.py"
 NAMESPACES_MISSING = ("cannot mount a tmpfs in a private mount namespace here ({}): the full-disk and read-only "
                       "tests need unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
                       "user.max_user_namespaces > 0) or root with CAP_SYS_ADMIN")
-PROBE = 'mount -t tmpfs -o size=1m none "$1" && mount -o remount,size=2m "$1" && mount -o remount,ro "$1"'
+PROBE = 'mount -t tmpfs -o size=1m none "$1" && mount -o remount,size=2m none "$1" && mount -o remount,ro none "$1"'
 
 
 @functools.cache
