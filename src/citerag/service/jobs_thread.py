@@ -44,12 +44,18 @@ class Journal:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(job)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"collection": job.collection, "document_id": job.document_id, "name": job.name,
-                       "sha256": job.sha256, "submitted": time.time_ns()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"collection": job.collection, "document_id": job.document_id, "name": job.name,
+                           "sha256": job.sha256, "submitted": time.time_ns()}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            # A full disk stops the write half way: no half-written file stays in the journal (`waiting` never
+            # reads a .tmp, so nothing else would ever remove it).
+            tmp.unlink(missing_ok=True)
+            raise
 
     def done(self, job: Job) -> None:
         """Forget `job` once it has run, unless a later job of its document took its place in the journal."""
