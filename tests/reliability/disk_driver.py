@@ -568,6 +568,14 @@ def scenario_service(work: Path) -> dict[str, Any]:
             big_id = during["body"]["documents"][0]["id"]
             out["during_index"]["settled"] = server.settle(big_id)
             out["during_index_originals"] = originals(home)
+            # A retry while the disk is still full (to the last page now): its job cannot even be journaled.
+            rest = fill(mnt)
+            full_retry = server.client.post(f"/v1/collections/default/documents/{big_id}/retry")
+            out["during_index"]["full_retry"] = {"status": full_retry.status_code, "body": full_retry.json()}
+            out["during_index"]["full_retry_settled"] = server.settle(big_id)["status"]
+            out["jobs_temporary"] = sorted(p.name for p in (home / "jobs").glob("*.tmp")) \
+                if (home / "jobs").exists() else []
+            rest.unlink()
             filler.unlink()
             retried = server.client.post(f"/v1/collections/default/documents/{big_id}/retry")
             out["during_index"]["retry"] = retried.status_code

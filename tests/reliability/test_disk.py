@@ -266,6 +266,10 @@ def test_indexing_that_meets_a_full_disk_leaves_the_upload_pending_until_retried
     during = service["during_index"]
     assert during["upload"] == 202, during
     assert during["settled"]["status"] == "pending" and during["settled"]["error"] is None
+    # A retry while the disk is still full: a clear error (its job cannot be journaled), nothing half written.
+    retry = during["full_retry"]
+    assert retry["status"] in (503, 507) and "full" in retry["body"]["error"], retry
+    assert during["full_retry_settled"] == "pending" and service["jobs_temporary"] == []
     assert service["during_index_originals"]["temporary"] == [] == service["during_index_originals"]["corrupt"]
     assert during["retry"] == 202 and during["after_retry"] == "indexed"
     assert_intact(service["rw_examine"], indexed=3)
