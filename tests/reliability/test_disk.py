@@ -248,7 +248,7 @@ def test_search_index_files_failing_mid_save_leave_the_previous_ones_loadable(tm
 def test_an_upload_on_a_full_disk_is_a_clear_error_and_succeeds_when_space_returns(service: dict[str, Any]) -> None:
     assert service["first"] == {"upload": 202, "settled": "indexed"}
     full = service["full_upload"]
-    assert full["status"] in (503, 507), full
+    assert full["status"] == 507, full
     assert "No space left on device" in full["body"]["error"] and "internal error" not in full["body"]["error"]
     assert service["full_originals"] == {"files": 1, "temporary": [], "corrupt": []}  # nothing half written
     assert service["again"]["upload"] == 202 and service["again"]["settled"] == "indexed"
@@ -268,7 +268,7 @@ def test_indexing_that_meets_a_full_disk_leaves_the_upload_pending_until_retried
     assert during["settled"]["status"] == "pending" and during["settled"]["error"] is None
     # A retry while the disk is still full: a clear error (its job cannot be journaled), nothing half written.
     retry = during["full_retry"]
-    assert retry["status"] in (503, 507) and "full" in retry["body"]["error"], retry
+    assert retry["status"] == 507 and "full" in retry["body"]["error"], retry
     assert during["full_retry_settled"] == "pending" and service["jobs_temporary"] == []
     assert service["during_index_originals"]["temporary"] == [] == service["during_index_originals"]["corrupt"]
     assert during["retry"] == 202 and during["after_retry"] == "indexed"
@@ -280,7 +280,7 @@ def test_a_read_only_home_serves_reads_and_refuses_uploads_clearly(service: dict
     assert {name: r["status"] for name, r in reads.items()} == dict.fromkeys(reads, 200), reads
     assert reads["search"]["hits"] > 0 and reads["ask"]["citations"] > 0 and not reads["ask_stream"]["error_event"]
     upload = service["ro_upload"]
-    assert upload["status"] in (503, 507) and "Read-only file system" in upload["body"]["error"], upload
+    assert upload["status"] == 503 and "Read-only file system" in upload["body"]["error"], upload
     assert service["ro_originals"]["temporary"] == [] == service["ro_originals"]["corrupt"]
     assert service["ro_unchanged"]
 
