@@ -450,8 +450,12 @@ class Checker:
                     problems.append(f"{name}: after the run to completion serves version {self.served.get(name)}, "
                                     f"not its newest ({self.corpus.latest(name).number})")
             self._check_commits(docs, by_key, problems)
-        self._check_indexes(collection, snap, problems)
-        self._check_search(app, snap, problems)
+        # A reader that fails is as much a violation as one that sees half a document: say so, with the rest.
+        for step in (self._check_indexes, self._check_search):
+            try:
+                step(app, snap, problems)
+            except Exception as exc:  # noqa: BLE001 - reported with the other problems
+                problems.append(f"{step.__name__.lstrip('_')} raised {type(exc).__name__}: {exc}")
 
     def _check_served(self, name: str, what: str, doc: Any, snap: Any, chunks: list[Any], counts: RawRows,
                       observed: Observed, problems: list[str]) -> None:
@@ -502,8 +506,9 @@ class Checker:
                 problems.append(f"{name}: {commits[doc.id]} commits, at most {most} for "
                                 f"{len(self.corpus.versions[name])} version(s)")
 
-    def _check_indexes(self, collection: Any, snap: Any, problems: list[str]) -> None:
+    def _check_indexes(self, app: Citerag, snap: Any, problems: list[str]) -> None:
         """The search indexes a fresh process opens hold every served chunk's vector and nothing else."""
+        collection = app.collection()
         with collection.store.view() as view, collection.search_backend.open(view) as pair:
             if view.generation != snap.generation:
                 problems.append(f"view generation {view.generation} != snapshot's {snap.generation}")

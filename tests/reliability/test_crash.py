@@ -107,3 +107,48 @@ def test_a_replacement_accepted_just_before_the_service_is_killed_is_indexed_aft
         settle(entry.behind, entry.output)
     finally:
         entry.stop()
+
+
+def test_the_check_fails_on_a_half_written_a_mixed_and_a_lost_document(tmp_path: Path, encoder: Any) -> None:
+    """The invariants catch what they are there for: a store tampered with behind the indexer's back fails the
+    check, naming the document and what disagreed."""
+    import shutil
+    import sqlite3
+    from contextlib import closing
+
+    from crash_harness import CrashViolation
+
+    from citerag.app import Citerag
+
+    clean = sqlite_home(tmp_path / "clean")
+    corpus = Corpus(tmp_path / "docs", clean, count=3)
+    app = Citerag()
+    app.register_encoder(encoder)
+    app.open_collection(clean, create=True).ingest([corpus.folder])
+    app.close()
+    first, second, third = corpus.names
+
+    def tampered(case: str, *statements: tuple[str, tuple[Any, ...]]) -> Checker:
+        """A copy of the clean index with `statements` run on it, and a checker that saw the clean one served."""
+        home = tmp_path / case
+        shutil.copytree(clean.index_dir, home)
+        settings = sqlite_home(home)
+        checker = Checker(case, 0, settings, corpus, lambda n: str((corpus.folder / n).resolve()),
+                          SqliteRows(settings), encoder)
+        checker.check("clean")
+        with closing(sqlite3.connect(home / "index.sqlite3")) as db:
+            for sql, args in statements:
+                db.execute(sql, args)
+            db.commit()
+        return checker
+
+    half = tampered("half", ("DELETE FROM chunks WHERE id = (SELECT max(c.id) FROM chunks c JOIN documents d"
+                             " ON d.id = c.document_id WHERE d.name = ?)", (first,)))
+    with pytest.raises(CrashViolation, match=rf"{first}.*HALF-VISIBLE"):
+        half.check("half")
+    mixed = tampered("mixed", ("UPDATE documents SET canonical_text = canonical_text || 'x' WHERE name = ?", (second,)))
+    with pytest.raises(CrashViolation, match=rf"{second}.*HALF-VISIBLE.*none of its 1 versions"):
+        mixed.check("mixed")
+    lost = tampered("lost", ("UPDATE documents SET status = 'pending' WHERE name = ?", (third,)))
+    with pytest.raises(CrashViolation, match=rf"{third}.*LOST: version 0 was served"):
+        lost.check("lost")
