@@ -48,6 +48,7 @@ from citerag.ingest import (
     display_path,
     is_stale,
 )
+from citerag.originals import read_original
 from citerag.search import MODES, Retriever
 from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
 from citerag.search.retriever import hits_from_rows
@@ -397,16 +398,19 @@ class Collection:
     def retry_failed(self, progress: Progress | None = None) -> IngestReport:
         try:
             with sink(self._trace_sink(None)):
-                return self.indexer.retry_failed(progress)
+                return self.indexer.retry_failed(progress, self._upload)
         finally:
             self.persist_indexes()
 
     def reindex_stale(self, progress: Progress | None = None) -> IngestReport:
         try:
             with sink(self._trace_sink(None)):
-                return self.indexer.reindex_stale(progress)
+                return self.indexer.reindex_stale(progress, self._upload)
         finally:
             self.persist_indexes()
+
+    def _upload(self, doc: Document) -> bytes | None:
+        return read_original(self, doc)
 
     def fail_document(self, document_id: int, sha256: str, name: str, reason: str) -> Outcome:
         """A document whose indexing failed outside index_document (a crashed worker, an outage) ends `failed`

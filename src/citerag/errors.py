@@ -26,6 +26,10 @@ class StoreUnavailable(CiteragError):
 FULL, READ_ONLY = "full", "read-only"
 
 
+class Superseded(CiteragError):
+    """A rebuild of a document's version found a newer version committed meanwhile: nothing to do."""
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one line of a message (a driver's error text often runs to several)."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -19,8 +19,9 @@ from typing import Any
 from citerag import PIPELINE_VERSION
 from citerag.chunk import chunk_extracted, strategy_params
 from citerag.embed import Encoder
-from citerag.errors import CiteragError, ExtractionError, StoreUnavailable
+from citerag.errors import CiteragError, ExtractionError, StoreUnavailable, Superseded
 from citerag.extract import extractor_for, supported_suffixes
+from citerag.originals import UPLOAD_SCHEME
 from citerag.settings import Settings
 from citerag.store import ChunkStats, Store
 from citerag.trace import OPERATION, tracer
@@ -31,6 +32,7 @@ from citerag.types import Document
 DERIVED_STAMPS = {"embedding_dim"}
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
+UploadReader = Callable[[Document], "bytes | None"]  # an uploaded document's stored original (citerag.originals)
 log = logging.getLogger("citerag.ingest")
 
 
@@ -42,6 +44,8 @@ class Source:
     uri: str
     data: bytes
     name: str = ""
+    # The SHA-256 of the version these bytes rebuild: saved only while the document still has it (Store.save_indexed)
+    replaces: str | None = None
 
     @property
     def display_name(self) -> str:
@@ -186,18 +190,44 @@ class Indexer:
                 report.removed.append(doc.source_path)
         return report
 
-    def retry_failed(self, progress: Progress | None = None) -> IngestReport:
-        return self._reindex([d for d in self.store.documents() if d.status != "indexed" or d.error], progress)
+    def retry_failed(self, progress: Progress | None = None, uploads: UploadReader | None = None) -> IngestReport:
+        return self._reindex([d for d in self.store.documents() if d.status != "indexed" or d.error], progress,
+                             uploads)
 
-    def reindex_stale(self, progress: Progress | None = None) -> IngestReport:
-        return self._reindex([d for d in self.store.documents() if self.stale(d)], progress)
+    def reindex_stale(self, progress: Progress | None = None, uploads: UploadReader | None = None) -> IngestReport:
+        return self._reindex([d for d in self.store.documents() if self.stale(d)], progress, uploads)
 
-    def _reindex(self, docs: list[Document], progress: Progress | None) -> IngestReport:
+    def _reindex(self, docs: list[Document], progress: Progress | None,
+                 uploads: UploadReader | None) -> IngestReport:
         report = IngestReport()
-        paths = [Path(d.source_path) for d in docs]
-        for path in progress(paths) if progress else paths:
-            self._index_file(path, report)
+        for doc in progress(docs) if progress else docs:
+            if doc.source_path.startswith(UPLOAD_SCHEME):
+                self._index_upload(doc, report, uploads)
+            else:
+                self._index_file(Path(doc.source_path), report)
         return report
+
+    def _index_upload(self, doc: Document, report: IngestReport, uploads: UploadReader | None) -> None:
+        """An uploaded document has no path: its bytes are the stored original of the version it names."""
+        if doc.status == "indexed" and doc.error:
+            # Only the queue's job knows the failed newer version's bytes; rebuilding the served one from here
+            # would erase the reason and never retry the newer one.
+            report.failed.append((doc.source_path, f"a newer uploaded version failed ({doc.error}): retry it "
+                                                   f"through the service (POST .../documents/{doc.id}/retry)"))
+            return
+        data = uploads(doc) if uploads is not None and doc.sha256 else None
+        if data is None:
+            current = self.store.document(doc.id)
+            if current is None or current.sha256 != doc.sha256:
+                # Replaced (its old bytes then forgotten) or deleted since the list was read: the newer state stands.
+                report.unchanged += 1
+                return
+            self._fail(doc.source_path, doc.name, doc.sha256 or "", "the uploaded original is no longer stored: "
+                       "upload the file again", report, doc_id=doc.id)
+            return
+        # Saved only if the document still has this version when the rebuild commits: a service's job may commit
+        # a newer upload meanwhile, and an older version must never overwrite it.
+        self.index_document(Source(doc.source_path, data, doc.name, replaces=doc.sha256), report)
 
     def _index_file(self, path: Path, report: IngestReport) -> None:
         key = display_path(path)
@@ -236,6 +266,9 @@ class Indexer:
             self._index_bytes(doc_id, source, sha, stamps, report)
         except (KeyboardInterrupt, SystemExit, StoreUnavailable):
             raise
+        except Superseded:  # a newer version was committed while this one was rebuilt: it stays
+            report.unchanged += 1
+            return Outcome(doc_id, "unchanged")
         except Exception as exc:  # one bad document must never stop the others: store why, go on
             reason = str(exc) if isinstance(exc, CiteragError) else f"{type(exc).__name__}: {exc}"
             return self._fail(source.uri, source.display_name, sha, reason, report, doc_id=doc_id, stamps=stamps)
@@ -313,7 +346,8 @@ class Indexer:
         with tracer.start_as_current_span("citerag.store") as span:
             self.store.save_indexed(doc_id, title=extracted.title, sha256=sha, stamps=stamps,
                                     canonical_text=extracted.text, warnings=extracted.warnings, chunks=chunks,
-                                    vectors=vectors, stats=stats, locators=extracted.locators)
+                                    vectors=vectors, stats=stats, locators=extracted.locators,
+                                    replaces=source.replaces)
             span.set_attributes({"citerag.document.id": doc_id, "citerag.chunks.count": len(chunks)})
         report.chunks += len(chunks)
         report.over_window += sum(t > encoder.max_tokens for t in tokens)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from citerag.errors import CiteragError
+from citerag.errors import CiteragError, Superseded
 from citerag.store import ChunkStats, Store
 from citerag.types import Chunk, Locator
 from corpus_paths import DATA
@@ -79,12 +79,13 @@ MTU = real_document("ch05.md", "5.5.1.", seed=3)
 
 
 def save(store: Store, doc_id: int, doc: RealDocument, model: str = MODEL, *, sha256: str = "s1",
-         chunks: list[Chunk] | None = None, vectors: np.ndarray | None = None) -> None:
+         chunks: list[Chunk] | None = None, vectors: np.ndarray | None = None, replaces: str | None = None) -> None:
     chunks = doc.chunks if chunks is None else chunks
     store.save_indexed(doc_id, title=doc.title, sha256=sha256, stamps={"embedding_model": model, "strategy": "E"},
                        canonical_text=doc.text, warnings=[], chunks=chunks,
                        vectors=doc.vectors[:len(chunks)] if vectors is None else vectors,
-                       stats=ChunkStats([5] * len(chunks), [2] * len(chunks)), locators=doc.locators)
+                       stats=ChunkStats([5] * len(chunks), [2] * len(chunks)), locators=doc.locators,
+                       replaces=replaces)
 
 
 def add(store: Store, doc: RealDocument, model: str = MODEL) -> int:
@@ -155,6 +156,18 @@ class StoreContract:
         assert store.locators(doc_id) == LAN_RANGES.locators
         save(store, doc_id, LAN_RANGES, chunks=[])  # a document with no text left keeps no chunks
         assert store.snapshot(MODEL).chunks == [] and store.document(doc_id).chunk_count == 0  # type: ignore[union-attr]
+
+    def test_a_rebuild_of_a_version_never_overwrites_a_newer_one(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc_id = add(store, ROOT_ACCOUNT)  # version s1
+        save(store, doc_id, LAN_RANGES, sha256="s2")  # a newer version committed while s1 was being rebuilt
+        generation = store.generation()
+        with pytest.raises(Superseded):
+            save(store, doc_id, ROOT_ACCOUNT, sha256="s1", replaces="s1")
+        assert store.canonical_text(doc_id) == LAN_RANGES.text and store.document(doc_id).sha256 == "s2"  # type: ignore[union-attr]
+        assert store.generation() == generation
+        save(store, doc_id, LAN_RANGES, sha256="s2", replaces="s2")  # the version it still has: saved
+        assert store.generation() > generation
 
     def test_snapshot_texts_agree_with_every_chunk(self, make_store: MakeStore) -> None:
         store = make_store("ix")

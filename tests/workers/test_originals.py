@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from citerag.app import Citerag, Collection, Source
+from citerag.originals.folder import FolderOriginals
+from citerag.originals.postgres import PostgresOriginals
 from citerag.service.originals import UPLOAD_SCHEME, forget_original, originals, read_original, save_original
-from citerag.service.originals.folder import FolderOriginals
-from citerag.service.originals.postgres import PostgresOriginals
 from citerag.settings import Settings
 from corpus_paths import DEV_CORPUS
 

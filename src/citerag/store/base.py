@@ -111,8 +111,10 @@ class Store(Protocol):
 
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
-                     stats: ChunkStats, locators: list[Locator] | None = None) -> None:
-        """Replace the document's version whole (chunks, vectors, text, locators) and clear its error."""
+                     stats: ChunkStats, locators: list[Locator] | None = None, replaces: str | None = None) -> None:
+        """Replace the document's version whole (chunks, vectors, text, locators) and clear its error. With
+        `replaces` (a SHA-256), only while the document still has that version, checked in the same transaction:
+        else `Superseded` and nothing changes (a rebuild of an older version never overwrites a newer one)."""
         ...
 
     def save_failed(self, doc_id: int, *, sha256: str, stamps: dict[str, Any], error: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from citerag.errors import CiteragError, StoreUnavailable, first_line
+from citerag.errors import CiteragError, StoreUnavailable, Superseded, first_line
 from citerag.settings import redact_url
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.store.pg_migrate import ensure_current
@@ -283,14 +283,17 @@ class PostgresStore:
 
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
-                     stats: ChunkStats, locators: list[Locator] | None = None) -> None:
+                     stats: ChunkStats, locators: list[Locator] | None = None, replaces: str | None = None) -> None:
         vecs = checked_vectors(chunks, vectors)
         model = str(stamps.get("embedding_model", ""))
         with self._write() as conn:
             # The document row first, locked: a concurrent delete or save of the same document waits here.
-            if conn.execute("SELECT 1 FROM documents WHERE collection_id = %s AND id = %s FOR UPDATE",
-                            (self.collection_id, doc_id)).fetchone() is None:
+            row = conn.execute("SELECT sha256 FROM documents WHERE collection_id = %s AND id = %s FOR UPDATE",
+                               (self.collection_id, doc_id)).fetchone()
+            if row is None:
                 raise CiteragError(f"no document {doc_id} in collection {self.collection!r}")
+            if replaces is not None and row[0] != replaces:
+                raise Superseded(f"document {doc_id} no longer has the version being rebuilt")
             self._drop_version(conn, doc_id)
             ids = [r[0] for r in conn.execute("SELECT nextval('chunk_ids') FROM generate_series(1, %s)",
                                               (len(chunks),))] if chunks else []

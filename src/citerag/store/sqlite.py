@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from citerag.errors import FULL, READ_ONLY, CiteragError, StoreUnavailable
+from citerag.errors import FULL, READ_ONLY, CiteragError, StoreUnavailable, Superseded
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.types import Chunk, Document, Locator, StoredChunk
 
@@ -474,10 +474,14 @@ class SqliteStore:
 
     def save_indexed(self, doc_id: int, *, title: str, sha256: str, stamps: dict[str, Any],
                      canonical_text: str, warnings: list[str], chunks: list[Chunk], vectors: np.ndarray,
-                     stats: ChunkStats, locators: list[Locator] | None = None) -> None:
+                     stats: ChunkStats, locators: list[Locator] | None = None, replaces: str | None = None) -> None:
         vecs = checked_vectors(chunks, vectors)
         # One transaction: readers see the old version of the document or the new one, never half.
         with self._write() as db:
+            if replaces is not None:
+                row = db.execute("SELECT sha256 FROM documents WHERE id = ?", (doc_id,)).fetchone()
+                if row is None or row[0] != replaces:
+                    raise Superseded(f"document {doc_id} no longer has the version being rebuilt")
             # Ids from a counter, never reused (a rowid would be, after the highest is deleted): search indexes
             # key vectors by chunk id, and an id meaning two chunks over time would need care in every index.
             first = int(db.execute("SELECT value FROM meta WHERE key = 'next_chunk_id'").fetchone()[0])

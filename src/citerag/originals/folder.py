@@ -6,9 +6,12 @@ import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from citerag.app import Collection
 from citerag.errors import FULL, READ_ONLY, StoreUnavailable
+
+if TYPE_CHECKING:  # the application core uses these: imported for types only
+    from citerag.app import Collection
 
 # The machine's failures, not the upload's: a full disk or quota, a read-only or failing file system.
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from citerag.app import Collection
 from citerag.errors import CiteragError, StoreUnavailable, first_line
+
+if TYPE_CHECKING:  # the application core uses these: imported for types only
+    from citerag.app import Collection
 
 Connect = Callable[[], AbstractContextManager[Any]]
 

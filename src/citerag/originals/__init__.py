@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from citerag.app import Collection
 from citerag.types import Document
+
+if TYPE_CHECKING:  # the application core uses these: imported for types only
+    from citerag.app import Collection
 
 UPLOAD_SCHEME = "upload:"
 
@@ -36,10 +38,10 @@ class Originals(Protocol):
 def originals(collection: Collection) -> Originals:
     """The backend for the collection's store (its settings' store_scheme)."""
     if collection.settings.store_scheme == "postgresql":
-        from citerag.service.originals.postgres import PostgresOriginals
+        from citerag.originals.postgres import PostgresOriginals
 
         return PostgresOriginals.of(collection)
-    from citerag.service.originals.folder import FolderOriginals
+    from citerag.originals.folder import FolderOriginals
 
     return FolderOriginals.of(collection)
 
