@@ -26,6 +26,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -709,8 +710,9 @@ DOCS = "/v1/collections/default/documents"
 
 
 class ServiceEntry:
-    """`citerag serve` on loopback: the folder uploaded over HTTP once, new versions PUT; its thread queue indexes
-    them, and on restart queues again what a kill left."""
+    """`citerag serve` on loopback: the folder uploaded over HTTP in one request (the first kill lands while it is
+    being taken in; the client then sends it again), new versions PUT; its thread queue indexes them, and on restart
+    queues again what a kill left."""
 
     name = "service"
 
@@ -720,11 +722,26 @@ class ServiceEntry:
         self.client: httpx.Client | None = None
         self.ids: dict[str, int] = {}
         self.to_put: list[str] = []
+        self.uploads = 0  # upload requests sent
+        self._uploading: threading.Thread | None = None
 
     def key(self, name: str) -> str:
         from citerag.service.originals import UPLOAD_SCHEME
 
         return UPLOAD_SCHEME + name
+
+    def _upload(self, base_url: str) -> None:
+        """The whole folder in one request; `ids` once it was answered (a kill meanwhile leaves them unset)."""
+        self.uploads += 1
+        assert all(len(self.corpus.versions[n]) == 1 for n in self.corpus.names)  # no new version before this
+        files = [("files", (n, self.corpus.latest(n).data, "text/markdown")) for n in self.corpus.names]
+        try:
+            with httpx.Client(base_url=base_url, timeout=120) as client:
+                response = client.post(DOCS, files=files)
+        except httpx.TransportError:
+            return  # killed while it was being taken in
+        assert response.status_code == 202, response.text
+        self.ids = {d["name"]: d["id"] for d in response.json()["documents"]}
 
     def _serve(self) -> httpx.Client:
         port = free_port()
@@ -746,11 +763,13 @@ class ServiceEntry:
 
     def start(self) -> None:
         client = self._serve()
-        if not self.ids:
-            files = [("files", (n, self.corpus.latest(n).data, "text/markdown")) for n in self.corpus.names]
-            response = client.post(DOCS, files=files)
-            assert response.status_code == 202, response.text
-            self.ids = {d["name"]: d["id"] for d in response.json()["documents"]}
+        if not self.ids and not self.uploads:
+            # The first upload runs beside the chain, so that the first kill lands while it is being taken in.
+            self._uploading = threading.Thread(target=self._upload, args=(str(client.base_url),), daemon=True)
+            self._uploading.start()
+        elif not self.ids:
+            self._upload(str(client.base_url))  # sent again: what was accepted answers existed: true
+            assert self.ids, "the upload was not answered"
         for name in self.to_put:
             response = client.put(f"{DOCS}/{self.ids[name]}",
                                   files={"file": (name, self.corpus.latest(name).data, "text/markdown")})
@@ -762,6 +781,9 @@ class ServiceEntry:
 
     def kill(self) -> None:
         kill(self.process, self.output)
+        if self._uploading is not None:
+            self._uploading.join(60)
+            self._uploading = None
         if self.client is not None:
             self.client.close()
             self.client = None
@@ -777,6 +799,8 @@ class ServiceEntry:
 
     def behind(self) -> tuple[list[str], bool]:
         """Documents not yet indexed at their newest version, and whether any job is still queued or running."""
+        if self._uploading is not None and self._uploading.is_alive():
+            return ["(the upload is still being answered)"], True
         latest = {n: self.corpus.latest(n).sha256 for n in self.corpus.names}
         docs = self._documents()
         behind = [d["name"] for d in docs if d["status"] != "indexed" or d["sha256"] != latest[d["name"]]]
