@@ -55,6 +55,7 @@ MAX_DELAY_S = 0.3  # a timed kill lands this long at most after the chosen commi
 TRANSACTION_WAIT_S = 4.0  # how long a kill aimed at an open write transaction waits to see one
 SEED = int(os.environ.get("CITERAG_CRASH_SEED", "1313"))
 UNIT_TOLERANCE = 1e-3  # the stores refuse vectors further than this from unit length
+DIM = 384  # all-MiniLM-L6-v2's vectors (the default, real encoder)
 QUERIES = ("How do I configure the network interface?", "package management with apt and aptitude",
            "backup of the home directory", "Which shell startup files are read at login?")
 ASK = "How do I upgrade the whole system to a new release?"
@@ -237,10 +238,9 @@ class SqliteRows:
         return {d: RawRows(lexical=lx, postings=p) for d, (lx, p) in counts.items()}, saved
 
     def rows(self) -> dict[int, RawRows]:
-        dim4 = 4 * 384  # MiniLM's 384 float32 per chunk
         with self._db() as db:
             stored = {d: (n, v) for d, n, v in db.execute(
-                "SELECT document_id, count(*), sum(length(vector) = ?) FROM chunks GROUP BY document_id", (dim4,))}
+                "SELECT document_id, count(*), sum(length(vector) = ?) FROM chunks GROUP BY document_id", (4 * DIM,))}
         search, _ = self._search_rows()
         out: dict[int, RawRows] = {}
         for doc in set(stored) | set(search):
@@ -300,7 +300,7 @@ class PostgresRows:
         counts: dict[int, list[int]] = {}
         for column, sql in enumerate((
                 "SELECT document_id, count(*) FROM chunks WHERE collection_id = %s GROUP BY 1",
-                "SELECT document_id, count(*) FROM chunk_vectors WHERE collection_id = %s AND dim = 384 GROUP BY 1",
+                f"SELECT document_id, count(*) FROM chunk_vectors WHERE collection_id = %s AND dim = {DIM} GROUP BY 1",
                 "SELECT document_id, count(*) FROM lexical_chunks WHERE collection_id = %s GROUP BY 1",
                 "SELECT l.document_id, count(*) FROM postings p JOIN lexical_chunks l"
                 " ON l.collection_id = p.collection_id AND l.chunk_id = p.chunk_id WHERE p.collection_id = %s"
@@ -339,7 +339,7 @@ class Observed:
     visible: int = 0  # served whole
     pending: int = 0  # registered, no version committed yet: invisible
     behind: int = 0  # served whole at an older version than its newest (a replacement not committed yet)
-    absent: int = 0  # not registered yet (the CLI had not reached it)
+    absent: int = 0  # not registered yet (the CLI had not reached it, or the upload had not been taken in)
     generation: int = 0
     mode: str = ""  # how the kill was aimed: "timed" or "transaction"
     writing: bool = False  # a write transaction was seen open just before the kill
