@@ -11,13 +11,15 @@ What it runs, all on 127.0.0.1 and offline:
    requests: users ask the dev set's 80 questions and 30 out-of-domain questions through POST /ask (3 of 4
    requests) and POST /search (1 of 4), without pause between requests (a capacity test: the latencies include
    the queueing of 50 requests in flight). As soon as every user is running, the 100 documents of
-   tests/reliability/corpus100.py are uploaded through POST /v1/collections/{name}/documents, one per request,
-   and the server's indexing thread works through them while it answers.
+   tests/reliability/corpus100.py are uploaded through POST /v1/collections/{name}/documents, ten requests of ten
+   files sent at once, and the server's indexing thread works through them while it answers.
    - cold: every request a text the server has never seen (each key of every cache level is new: a miss);
    - warm: the cold run's texts again, each to the endpoint it went to then: every lookup finds its entry.
 3. Per run: requests, errors (any non-2xx, timeout, connection error or malformed answer), p50/p95/p99 latency,
-   throughput, the cache hits the answers report, whether ingestion finished before the run ended, and every
-   distinct citation returned checked against its document's canonical text (quote == text[start:end]).
+   throughput (requests answered / time from the first user's start to the last answer: the answers still in
+   flight when the time is up count, and so does the time they take), the cache hits the answers report, whether
+   ingestion finished before the run ended, and every distinct citation returned checked against its document's
+   canonical text (quote == text[start:end]).
 
 Each run uploads into a collection of its own (`upload-cold`, `upload-warm`) on the same server, so that the
 indexing thread is as busy in both runs but the asked collection's store generation does not move: the retrieval
@@ -35,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -50,12 +53,14 @@ from typing import Any
 
 import httpx
 import numpy as np
+import reliability_page  # benchmarks/: the figures it writes into docs/reliability.md
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV_SET = ROOT / "eval" / "debian-reference"
 CORPUS = DEV_SET / "corpus"
 LOCUSTFILE = ROOT / "benchmarks" / "locustfile.py"
 BIN = Path(sys.executable).parent
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "load.json"
 KEY_VARIABLE = "CITERAG_LOAD_KEY"  # as benchmarks/locustfile.py reads it
 
 
@@ -157,8 +162,9 @@ def serve(home: Path, files: Sequence[Path], log: Path, stop_grace: float = 60.0
 
 
 class Ingestion(threading.Thread):
-    """Once the users are running: uploads every document (one POST each) into `collection`, then watches the
-    documents until none is pending or queued, noting when. Errors are kept, never raised in the thread."""
+    """Once the users are running: uploads every document into `collection` (POSTs of `batch` files, all sent at
+    once), then watches the documents until none is pending or queued, noting when. Errors are kept for the run's
+    figures, never raised in the thread."""
 
     def __init__(self, server: Server, collection: str, documents: dict[str, str], started: Path,
                  deadline: float, batch: int = 10) -> None:
@@ -220,6 +226,36 @@ class Ingestion(threading.Thread):
                     return
 
 
+class CpuSeconds:
+    """CPU seconds spent on the machine during a run, and by whom: the server, the harness's children (locust, once
+    it has been waited for), the harness itself, and everything else. The load average cannot tell: the server's
+    own busy threads raise it. Linux only (/proc); None elsewhere."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.pid = server_pid
+        self.start = self._sample()
+
+    def _sample(self) -> tuple[float, float, float, float] | None:
+        try:
+            tick = os.sysconf("SC_CLK_TCK")
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+            busy = (sum(fields) - fields[3] - fields[4]) / tick  # all but idle and iowait
+            stat = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            server = (int(stat[11]) + int(stat[12])) / tick  # utime, stime
+        except (OSError, ValueError, IndexError):
+            return None
+        children, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+        return busy, server, children.ru_utime + children.ru_stime, me.ru_utime + me.ru_stime
+
+    def spent(self) -> dict[str, float] | None:
+        end = self._sample()
+        if self.start is None or end is None:
+            return None
+        busy, server, locust, harness = (round(b - a, 1) for a, b in zip(self.start, end, strict=True))
+        return {"machine": busy, "server": server, "locust": locust, "harness": harness,
+                "other": round(busy - server - locust - harness, 1)}
+
+
 def _percentiles(ms: list[float]) -> dict[str, float | None]:
     if not ms:
         return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "max_ms": None}
@@ -272,6 +308,7 @@ def run_load(server: Server, work: Path, *, label: str, collection: str = "defau
             client.post("/v1/collections", json={"name": upload_collection}).raise_for_status()
     cache_before = cache_counts(server)
     load_before = os.getloadavg()
+    cpu = CpuSeconds(server.process.pid)
     stop_timeout = request_timeout + 5  # in-flight requests finish (and count) when the time is up
     bound = seconds + stop_timeout + 120  # locust's own start included
     ingestion = (Ingestion(server, upload_collection, uploads, started, time.monotonic() + bound + settle_timeout)
@@ -293,6 +330,8 @@ def run_load(server: Server, work: Path, *, label: str, collection: str = "defau
             locust.wait(bound)
         finally:
             _stop(locust, 30)  # only does something when it overran its bound
+        load_after = os.getloadavg()
+        cpu_spent = cpu.spent()  # was anything else running on these cores? ("other")
         if locust.returncode != 0 or not record.exists():
             raise RuntimeError(f"locust failed ({locust.returncode}): see {log}")
         if ingestion:
@@ -314,6 +353,7 @@ def run_load(server: Server, work: Path, *, label: str, collection: str = "defau
         "label": label, "users": data.get("users", users), "seconds": seconds, "max_requests": max_requests,
         "think_s": think, "request_timeout_s": request_timeout,
         "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in load_after], "cpu_seconds": cpu_spent,
         "requests": len(rows), "errors": len(errors), "error_kinds": kinds,
         "latency": _percentiles([ms for _, _, ms, _ in rows]),
         "throughput_rps": round(len(rows) / max(ended_at - started_at, 1e-9), 2),
@@ -379,7 +419,7 @@ def main() -> None:
     parser.add_argument("--max-requests", type=int, default=30000, help="upper bound on requests per run")
     parser.add_argument("--think", type=float, default=0.0, help="each user waits uniform(0, THINK) s between")
     parser.add_argument("--request-timeout", type=float, default=30.0)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "load.json")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, records, the index)")
     args = parser.parse_args()
 
@@ -412,7 +452,7 @@ def main() -> None:
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]},
-        "command": "benchmarks/bench_load.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["benchmarks/bench_load.py", *sys.argv[1:]]),
         "users": args.users, "seconds": args.seconds, "max_requests": args.max_requests, "think_s": args.think,
         "corpus": {"asked": "default", "chapters": len(files), "questions": len(dev_questions()),
                    "uploaded": len(uploads)},
@@ -422,6 +462,9 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(table(runs))
     print(f"written {args.out}")
+    if args.out == DEFAULT_OUT and args.users >= 50 and args.seconds >= 60:  # the page shows the full run only
+        reliability_page.fill(result)
+        print(f"written {reliability_page.PAGE}")
     problems = [f"{r['label']}: {p}" for r in runs for p in clean(r)]
     if problems:
         sys.exit("\n".join(problems))
