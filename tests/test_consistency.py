@@ -242,3 +242,40 @@ def test_a_long_lived_process_sees_documents_another_process_adds(tmp_path: Path
     dense_after = reader.search("popcon votes package popularity", SearchOptions(mode="hybrid", k=3)).citations
     assert Path(dense_after[0].source_path).name == "pr01.en.html" and dense
     reader.close()
+
+
+def test_threads_sharing_one_collection_search_while_another_process_replaces_documents(tmp_path: Path) -> None:
+    """The service's case: one open collection, its in-memory indexes shared by many threads, a writer elsewhere.
+    A thread whose store view is older than what another thread has caught the indexes up to must never be handed
+    chunks its view does not have (found under load as a KeyError and a 500)."""
+    folder = corpus(tmp_path / "docs")
+    index = tmp_path / "ix"
+    originals = {p.name: p.read_text() for p in folder.iterdir()}
+    with fake_app(index) as writer:
+        writer.ingest([folder])
+    stop, errors, counts = threading.Event(), [], []  # type: ignore[var-annotated]
+    with fake_app(index, create=False) as shared:
+
+        def read() -> None:
+            try:
+                while not stop.is_set():
+                    for c in shared.search("locale regenerated upgrade", SearchOptions(mode="hybrid", k=10)).citations:
+                        assert c.quote
+                    counts.append(1)
+            except BaseException as exc:  # noqa: BLE001 - every failure is what this test counts
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read) for _ in range(8)]
+        for t in readers:
+            t.start()
+        try:
+            with fake_app(index, create=False) as other:  # another process's collection: its own indexes
+                for round_ in range(12):
+                    for path in folder.iterdir():
+                        path.write_text(originals[path.name] + (ADDED * (round_ + 1)))
+                        other.ingest([path])
+        finally:
+            stop.set()
+            for t in readers:
+                t.join(timeout=120)
+    assert errors == [] and len(counts) >= 6

@@ -469,7 +469,7 @@ class Collection:
         """A retriever over indexes as of one store view; hits and texts come from that view."""
         model = self.settings.embedding_model
         rebuilt = False
-        with self.store.view() as view, self.search_backend.open(view) as indexes:
+        with self.search_backend.reading(), self.store.view() as view, self.search_backend.open(view) as indexes:
             rebuilt = indexes.applied < 0
             if indexes.applied and (excluded := view.excluded_documents(model)):
                 log.warning("%d document(s) indexed with another embedding model are not searched; run "

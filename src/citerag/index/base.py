@@ -79,8 +79,13 @@ class SearchPair:
 class SearchBackend(Protocol):
     """Where a collection's indexes live: files beside an embedded store, or tables in a server store."""
 
+    def reading(self) -> AbstractContextManager[object]:
+        """Held while a search opens its store view and uses the indexes: where the indexes are shared by a
+        process's threads, a view opened after another search caught them up is at least as new as they are."""
+        ...
+
     def open(self, view: StoreView) -> AbstractContextManager[SearchPair]:
-        """The indexes as of the view's commit, for one search."""
+        """The indexes as of the view's commit, for one search (inside `reading()`)."""
         ...
 
     def persist(self, store: Store) -> None:

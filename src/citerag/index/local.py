@@ -22,12 +22,18 @@ class LocalSearch:
         self.directory = index_dir(root, embedding_model, vector_index)
         self.embedding_model, self.vector_index = embedding_model, vector_index
         self.indexes: SearchIndexes | None = None  # loaded on first use
-        self._lock = threading.Lock()
+        # Re-entrant: a search holds it from before its view is opened (reading) through open() and its use.
+        self._lock = threading.RLock()
 
     def _loaded(self) -> SearchIndexes:
         if self.indexes is None:
             self.indexes = load(self.directory, self.embedding_model, self.vector_index)
         return self.indexes
+
+    def reading(self) -> threading.RLock:
+        # Without it a thread's view, opened while another thread caught the shared indexes up to a newer commit,
+        # would be older than the indexes: they would return chunks the view does not have.
+        return self._lock
 
     @contextmanager
     def open(self, view: StoreView) -> Iterator[SearchPair]:

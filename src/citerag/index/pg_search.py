@@ -5,7 +5,7 @@ view's REPEATABLE READ transaction (on a replica when one is configured) and see
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from citerag.index.base import SearchPair
@@ -18,6 +18,9 @@ class DatabaseSearch:
     def __init__(self, embedding_model: str, vector_index: str) -> None:
         self.embedding_model = embedding_model
         self.approximate = vector_index == "hnsw"
+
+    def reading(self) -> AbstractContextManager[object]:
+        return nullcontext()  # nothing shared: each view's connection searches the tables as of its own commit
 
     @contextmanager
     def open(self, view: StoreView) -> Iterator[SearchPair]:

@@ -65,6 +65,9 @@ class SearchIndexes:
         """Bring both indexes to the view's generation; the number of documents re-read (all on a rebuild)."""
         if self.generation == view.generation:
             return 0
+        if view.generation < self.generation:  # indexes cannot go back: the caller opens its view too early
+            raise RuntimeError(f"store view at generation {view.generation} is older than the search indexes "
+                               f"({self.generation}): open the view inside SearchBackend.reading()")
         changed = view.changed_documents(self.generation) if self.generation >= 0 else None
         if changed is None:
             self.vector, self.lexical = None, Bm25Index()
