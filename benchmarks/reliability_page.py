@@ -49,4 +49,4 @@ def fill(result: dict[str, Any], page: Path = PAGE) -> None:
         text, found = re.subn(rf"(<!-- measured: {re.escape(key)} -->)[^|\n]*", rf"\1 {value} ", text)
         if not found:
             raise SystemExit(f"{page} has no <!-- measured: {key} --> marker for {value!r}")
-    page.write_text(re.sub(r" +\|", " |", text), encoding="utf-8")
+    page.write_text(re.sub(r" +$", "", re.sub(r" +\|", " |", text), flags=re.M), encoding="utf-8")
