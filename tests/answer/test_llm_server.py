@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from http_servers import LlamaServer
 
 from citerag.answer.generators import GeneratorError
 from citerag.answer.generators.llama import packaged_gguf
 from citerag.answer.generators.openai_compat import OpenAICompatGenerator
+from http_servers import LlamaServer
 
 GGUF = packaged_gguf()
 pytestmark = [

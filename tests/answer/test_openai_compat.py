@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from http_servers import Reply, ScriptedServer, free_port
 
 from citerag.answer.generators import GeneratorError, make_generator
 from citerag.answer.generators.openai_compat import OpenAICompatGenerator, retryable
 from citerag.settings import Settings, SettingsError
+from http_servers import Reply, ScriptedServer, free_port
 
 
 def _client(url: str, **kw) -> OpenAICompatGenerator:  # type: ignore[no-untyped-def]
