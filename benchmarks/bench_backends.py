@@ -54,19 +54,6 @@ def _env(url: str) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the API process at {url} did not start")
-        time.sleep(0.2)
-
-
 def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
     for p in processes:
         if p.poll() is None:
@@ -168,8 +155,11 @@ def main() -> None:
                                       stdout=subprocess.DEVNULL, stderr=open(work / f"api-{p}.log", "wb"))  # noqa: SIM115
                      for p in ports]
         try:
-            for api, proc in zip(apis, api_procs, strict=True):
-                _wait_http(api, proc)
+            sys.path.insert(0, str(ROOT / "tests"))  # the tests' wait for a server, one copy of it
+            from http_servers import wait_healthy
+
+            for api, proc, port in zip(apis, api_procs, ports, strict=True):
+                wait_healthy(api, proc, work / f"api-{port}.log")
             # Throughput on two copies of the chapters (28 documents), so that two workers are not left waiting on
             # the one largest chapter at the end; the answers below are asked of one copy.
             twice = [(f"{copy}-{p.name}", p) for copy in ("a", "b") for p in files]

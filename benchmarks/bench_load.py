@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,10 @@ CORPUS = DEV_SET / "corpus"
 LOCUSTFILE = ROOT / "benchmarks" / "locustfile.py"
 BIN = Path(sys.executable).parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "load.json"
-KEY_VARIABLE = "CITERAG_LOAD_KEY"  # as benchmarks/locustfile.py reads it
+KEY_VARIABLE = "CITERAG_LOAD_KEY"
+# The limit counts requests per API key, and every user of the test shares one key: left on, it would measure the
+# limit (429s), not the server's capacity.
+RATE_LIMIT_OFF = ["--rate-limit", "none"]  # as benchmarks/locustfile.py reads it
 
 
 def dev_questions() -> list[str]:
@@ -71,11 +74,15 @@ def dev_questions() -> list[str]:
     return [row["query"] for row in rows]
 
 
+def _tests_on_path() -> None:
+    """The tests' helpers (the corpus, the wait for a server) serve the benchmark too: one copy of each."""
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+
+
 def upload_corpus(folder: Path, count: int = 100) -> dict[str, str]:
     """The reliability tests' folder of real documents (name -> text), written to `folder`."""
-    tests = str(ROOT / "tests")
-    if tests not in sys.path:  # corpus100 imports the tests' corpus_paths
-        sys.path.insert(0, tests)
+    _tests_on_path()  # corpus100 imports the tests' corpus_paths
     sys.path.insert(0, str(ROOT / "tests" / "reliability"))
     try:
         from corpus100 import make_corpus
@@ -102,13 +109,6 @@ def _free_port() -> int:
     from citerag.local_postgres import free_port
 
     return free_port()
-
-
-def _rate_limit_off() -> list[str]:
-    """`--rate-limit none` where serve has the option. The limit counts requests per API key, and every user of the
-    test shares one key: left on, it would measure the limit (429s), not the server's capacity."""
-    usage = _run([BIN / "citerag", "serve", "--help"], 60)
-    return ["--rate-limit", "none"] if "--rate-limit" in usage else []
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
@@ -145,17 +145,13 @@ def serve(home: Path, files: Sequence[Path], log: Path, stop_grace: float = 60.0
     url = f"http://127.0.0.1:{port}"
     with open(log, "wb") as out:
         process = subprocess.Popen([str(BIN / "citerag"), "serve", "--index", str(home), "--host", "127.0.0.1",
-                                    "--port", str(port), *_rate_limit_off()],
+                                    "--port", str(port), *RATE_LIMIT_OFF],
                                    env=_env(), stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            with suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"citerag serve did not start: see {log}")
-            time.sleep(0.2)
+        _tests_on_path()
+        from http_servers import wait_healthy
+
+        wait_healthy(url, process, log, timeout=180)
         yield Server(url, key, home, log, process)
     finally:
         _stop(process, stop_grace)

@@ -97,6 +97,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path | None = None, timeout: float = 120) -> None:
+    """Until `citerag serve` (or a worker's metrics server) at `url` answers GET /healthz with a 200; an error
+    naming the end of its log if the process exits or the time runs out first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
+            raise RuntimeError(f"the server at {url} did not start: {tail}")
+        time.sleep(0.2)
+
+
 class LlamaServer:
     """`python -m llama_cpp.server` with a GGUF model, on a free loopback port, for the life of a fixture."""
 

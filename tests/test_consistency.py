@@ -138,24 +138,35 @@ def test_a_reindex_killed_at_every_step_leaves_one_whole_version(tmp_path: Path)
         assert report.indexed == [] and report.unchanged == 2
 
 
-def _reader(index: Path, stop: threading.Event, errors: list[BaseException], counts: list[int]) -> None:
+def _query(app: Citerag, stop: threading.Event, errors: list[BaseException], counts: list[int]) -> None:
     try:
-        with fake_app(index, create=False) as app:
-            while not stop.is_set():
-                for c in app.search("locale regenerated upgrade", SearchOptions(mode="hybrid", k=10)).citations:
-                    assert c.quote
-                app.ask("How do I regenerate the locale?", AskOptions(threshold=1.5))
-                counts.append(1)
+        while not stop.is_set():
+            for c in app.search("locale regenerated upgrade", SearchOptions(mode="hybrid", k=10)).citations:
+                assert c.quote
+            app.ask("How do I regenerate the locale?", AskOptions(threshold=1.5))
+            counts.append(1)
     except BaseException as exc:  # noqa: BLE001 - every failure is what this test counts
         errors.append(exc)
 
 
-def test_queries_in_parallel_with_a_reindex_see_no_errors(tmp_path: Path) -> None:
+def _reader(index: Path, stop: threading.Event, errors: list[BaseException], counts: list[int]) -> None:
+    """A reader with a collection of its own, as another process has."""
+    with fake_app(index, create=False) as app:
+        _query(app, stop, errors, counts)
+
+
+def _indexed(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """The chapters indexed: their folder, the index, and their original texts."""
     folder = corpus(tmp_path / "docs")
     index = tmp_path / "ix"
-    originals = {p.name: p.read_text() for p in folder.iterdir()}
     with fake_app(index) as writer:
         writer.ingest([folder])
+    return folder, index, {p.name: p.read_text() for p in folder.iterdir()}
+
+
+def test_queries_in_parallel_with_a_reindex_see_no_errors(tmp_path: Path) -> None:
+    folder, index, originals = _indexed(tmp_path)
+    with fake_app(index, create=False) as writer:
         stop, errors, counts = threading.Event(), [], []  # type: ignore[var-annotated]
         readers = [threading.Thread(target=_reader, args=(index, stop, errors, counts)) for _ in range(3)]
         for t in readers:
@@ -248,24 +259,10 @@ def test_threads_sharing_one_collection_search_while_another_process_replaces_do
     """The service's case: one open collection, its in-memory indexes shared by many threads, a writer elsewhere.
     A thread whose store view is older than what another thread has caught the indexes up to must never be handed
     chunks its view does not have (found under load as a KeyError and a 500)."""
-    folder = corpus(tmp_path / "docs")
-    index = tmp_path / "ix"
-    originals = {p.name: p.read_text() for p in folder.iterdir()}
-    with fake_app(index) as writer:
-        writer.ingest([folder])
+    folder, index, originals = _indexed(tmp_path)
     stop, errors, counts = threading.Event(), [], []  # type: ignore[var-annotated]
     with fake_app(index, create=False) as shared:
-
-        def read() -> None:
-            try:
-                while not stop.is_set():
-                    for c in shared.search("locale regenerated upgrade", SearchOptions(mode="hybrid", k=10)).citations:
-                        assert c.quote
-                    counts.append(1)
-            except BaseException as exc:  # noqa: BLE001 - every failure is what this test counts
-                errors.append(exc)
-
-        readers = [threading.Thread(target=read) for _ in range(8)]
+        readers = [threading.Thread(target=_query, args=(shared, stop, errors, counts)) for _ in range(8)]
         for t in readers:
             t.start()
         try:

@@ -7,7 +7,6 @@ import json
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -280,17 +279,8 @@ def cli(env: dict[str, str], *args: str) -> dict[str, Any]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def serve_flags() -> list[str]:
-    """No per-key rate limit where the server has one: these clients are meant to saturate it."""
-    from citerag.cli_service import serve_command
-
-    return ["--rate-limit", "none"] if any(p.name == "rate_limit" for p in serve_command.params) else []
+# No per-key rate limit: these clients are meant to saturate the server, and they share no key.
+SERVE_FLAGS = ["--rate-limit", "none"]
 
 
 @contextmanager
@@ -311,19 +301,6 @@ def background(argv: list[str], env: dict[str, str], log: Path, exits: dict[str,
             process.kill()
             process.wait(10)
             exits[log.name] = None
-
-
-def wait_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"citerag serve did not start: {log.read_text(errors='replace')[-2000:]}")
-        time.sleep(0.2)
 
 
 def wait_settled(client: httpx.Client, ids: list[int], timeout: float = 300) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ from concurrency_harness import (
     CLI,
     COLLECTION,
     PHASES,
+    SERVE_FLAGS,
     Phase,
     Tally,
     Versions,
@@ -46,21 +47,19 @@ from concurrency_harness import (
     background,
     cli,
     cli_reader,
-    free_port,
     http_reader,
     pending_watcher,
     queries,
     revised,
     run_in_background,
-    serve_flags,
     upload,
     wait_settled,
-    wait_up,
 )
 from corpus100 import make_corpus, sections
 
 from citerag.chunk import chunk_extracted
 from citerag.extract import extractor_for
+from http_servers import free_port, wait_healthy
 
 # Sizes chosen so both backends run in about a minute each on 2 quiet cores: each phase's writer embeds for
 # several seconds (the reindex rebuilds every document), long enough for the readers to answer many queries.
@@ -94,13 +93,13 @@ def run_backend(tmp: Path, store_url: str | None) -> dict[str, Any]:
     exits: dict[str, int | None] = {}
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    serve = [*CLI, "serve", "--index", str(home), "--port", str(port), "--no-keys", *serve_flags()]
+    serve = [*CLI, "serve", "--index", str(home), "--port", str(port), "--no-keys", *SERVE_FLAGS]
     with ExitStack() as running:
         server = running.enter_context(background(serve, env, tmp / "serve.log", exits))
         if store_url:
             running.enter_context(background([*CLI, "worker", "--index", str(home)], env, tmp / "worker.log", exits))
         client = running.enter_context(httpx.Client(base_url=url, timeout=120))
-        wait_up(url, server, tmp / "serve.log")
+        wait_healthy(url, server, tmp / "serve.log")
         ids = upload(client, texts, uploaded[:UPLOADED], versions)
         wait_settled(client, list(ids.values()))
         fresh: dict[int, str] = {}

@@ -17,35 +17,25 @@ from pathlib import Path
 import httpx
 import pytest
 
+from http_servers import free_port, wait_healthy
+
 IDLE, TRICKLING = 300, 40
 TIMEOUT_S = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "citerag.cli", "serve", "--index", str(tmp_path / "home"),
                                 "--port", str(port), "--no-keys", "--client-timeout", str(TIMEOUT_S),
                                 "--max-upload-mb", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(url + "/healthz", timeout=5).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(f"citerag serve did not start: {process.stderr.read()!r}")  # type: ignore[union-attr]
-        time.sleep(0.2)
+    try:
+        wait_healthy(url, process)
+    except RuntimeError:
+        process.kill()
+        raise AssertionError(f"citerag serve did not start: {process.stderr.read()!r}") from None  # type: ignore[union-attr]
     try:
         yield url
     finally:
