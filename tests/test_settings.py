@@ -107,7 +107,7 @@ def test_explicit_config_file_replaces_the_index_one(tmp_path: Path, monkeypatch
     ("threshold = nan", "threshold = nan: expected a finite number"),
     ("threshold = 0", "threshold = 0: threshold must be > 0"),
     ("max_file_mb = inf", "max_file_mb = inf: expected a finite number"),
-    ('mode = "vector"', "mode = 'vector': expected one of dense, bm25, hybrid"),
+    ('mode = "vector"', "mode = 'vector': expected one of dense, bm25, hybrid, adaptive"),
     ('generator = "gpt"', "generator = 'gpt': expected one of extractive, llama, openai"),
     ("generator_retries = 21", "generator_retries = 21: generator_retries must be <= 20"),
     ('collection = "a/b"', "collection = 'a/b': expected 1-64 characters of A-Z a-z 0-9 . _ -"),

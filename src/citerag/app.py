@@ -521,7 +521,7 @@ class Collection:
             else:
                 hits = retrieve(query, retriever, settings, self.app.reranker(settings.rerank_model), timings)
                 if settings.cache_retrieval_ttl > 0:
-                    rows = [[h.chunk.id, h.rank, h.score, h.cosine_distance] for h in hits]
+                    rows = [[h.chunk.id, h.rank, h.score, h.cosine_distance, h.exact] for h in hits]
                     self.app.cache(url).set(key, json.dumps(rows).encode(), settings.cache_retrieval_ttl)
             span.set_attributes({"citerag.cache.hit": blob is not None, "citerag.mode": settings.mode,
                                  "citerag.k": settings.k, "citerag.generation": retriever.view.generation,

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from citerag.app import (
+    MODES,
     AskOptions,
     Citerag,
     IngestReport,
@@ -115,7 +116,7 @@ def reindex(index: str | None, stale: bool, as_json: bool) -> None:
 @index_option
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--show-prompt", is_flag=True, help="Also print the prompt a generator would see.")
-@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default=None)
+@click.option("--mode", type=click.Choice(list(MODES)), default=None)
 @click.option("--threshold", type=float, default=None, help="Cosine-distance cut of the gate.")
 @click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
               help="Rerank the shortlist with this cross-encoder folder (see train-reranker); '' turns it off.")
@@ -161,7 +162,7 @@ def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode
 @cli.command()
 @click.argument("query")
 @index_option
-@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default=None)
+@click.option("--mode", type=click.Choice(list(MODES)), default=None)
 @click.option("--k", type=click.IntRange(1, 1000), default=None, help="Hits to show (the setting k, 20).")
 @click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
               help="Rerank the first --shortlist hits with this cross-encoder folder; '' turns it off.")

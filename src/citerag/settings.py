@@ -27,7 +27,7 @@ _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
                   "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep",
                   "queue_attempts", "queue_lease_s")
-_CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid"),
+_CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid", "adaptive"),
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw")}
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 # user:password@ up to the last @ before the path: a password may hold an unescaped @ (libpq accepts it).

@@ -117,6 +117,9 @@ class Hit:
     rank: int
     score: float
     cosine_distance: float
+    # The query's words occur verbatim in this chunk and in few others (search/phrase.py): decisive lexical
+    # evidence, which ranks it first in the adaptive mode and lets the gate keep it whatever its distance.
+    exact: bool = False
 
 
 @dataclass

@@ -4,6 +4,7 @@ and optionally gate against a baseline report."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +46,46 @@ def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: b
     return hook
 
 
+@dataclass(frozen=True)
+class DevSet:
+    corpus: Path
+    questions: Path
+    ood: Path | None
+    phrases: Path | None
+    exclude: tuple[str, ...]
+
+
+def dev_set(folder: Path) -> DevSet:
+    """A dev-set folder: corpus/, questions.jsonl, and if present ood.jsonl, phrases.jsonl and devset.json
+    ({"exclude": [globs]}: files of the corpus the set is not measured on, such as another edition)."""
+    if not (folder / "corpus").is_dir() or not (folder / "questions.jsonl").is_file():
+        raise CiteragError(f"{folder} is not a dev set: it needs corpus/ and questions.jsonl")
+    exclude: tuple[str, ...] = ()
+    if (manifest := folder / "devset.json").is_file():
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+            exclude = tuple(str(g) for g in data.get("exclude", []))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError) as exc:
+            raise CiteragError(f"cannot read {manifest}: {exc}") from exc
+    ood, phrases = folder / "ood.jsonl", folder / "phrases.jsonl"
+    return DevSet(folder / "corpus", folder / "questions.jsonl", ood if ood.is_file() else None,
+                  phrases if phrases.is_file() else None, exclude)
+
+
 @click.command("eval")
-@click.option("--corpus", type=click.Path(path_type=Path, file_okay=False), required=True,
+@click.option("--dev-set", "dev_set_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="A dev-set folder (corpus/, questions.jsonl, ood.jsonl, phrases.jsonl, devset.json): sets "
+              "--corpus, --questions, --ood, --phrases and --exclude.")
+@click.option("--corpus", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder of documents to index.")
-@click.option("--questions", type=click.Path(path_type=Path, dir_okay=False), required=True,
+@click.option("--questions", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="questions.jsonl: id, truth, style, query, needle, source.")
 @click.option("--ood", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="ood.jsonl: out-of-domain queries (id, kind, query) for threshold calibration.")
+@click.option("--phrases", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="phrases.jsonl: exact-words queries (text pasted from the corpus), scored apart.")
 @click.option("--strategies", default=ALL_STRATEGIES, show_default=True, help="Chunking strategies, comma-separated.")
-@click.option("--retrievers", default=",".join(MODES), show_default=True, help="dense, bm25, hybrid.")
+@click.option("--retrievers", default=",".join(MODES), show_default=True, help=", ".join(MODES) + ".")
 @click.option("--embedders", default="all-MiniLM-L6-v2", show_default=True,
               help="Embedding models, comma-separated (all-MiniLM-L6-v2, use-multilingual-v3, multilingual-e5-small).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=True, file_okay=False), default=Path("eval-report"),
@@ -82,7 +114,8 @@ def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: b
 @generator_options(default="extractive")
 @click.option("--judge", is_flag=True, help="With --generate: score each answer with the generator as an LLM judge "
               "(needs --generator llama or openai).")
-def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: str, retrievers: str, embedders: str,
+def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path | None, ood: Path | None,
+                 phrases: Path | None, strategies: str, retrievers: str, embedders: str,
                  out: Path, cache: Path | None, cost_ratio: float, threshold: float | None, baseline: Path | None,
                  gate: bool, exclude: tuple[str, ...], vector_index: str, no_html: bool, rerank_model: str | None,
                  shortlist: int,
@@ -95,6 +128,13 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
     from citerag.eval.runner import parse_list, run_eval
     from citerag.eval.truth import load_ood, load_questions
 
+    if dev_set_dir is not None:
+        found = dev_set(dev_set_dir)
+        corpus, questions = corpus or found.corpus, questions or found.questions
+        ood, phrases = ood or found.ood, phrases or found.phrases
+        exclude = exclude or found.exclude
+    if corpus is None or questions is None:
+        raise CiteragError("give --dev-set DIR, or --corpus DIR and --questions FILE")
     if gate and baseline is None:
         raise CiteragError("--gate needs --baseline REPORT.json")
     if judge and not generate:
@@ -108,6 +148,7 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
     embedder_list = parse_list(embedders, None, "embedder")
     qs = load_questions(questions)
     oods = load_ood(ood) if ood else []
+    pasted = load_questions(phrases) if phrases else []
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -131,12 +172,13 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
                        embedders=embedder_list, cache=cache or out / "indexes", exclude=exclude,
                        log=lambda s: click.echo(s, err=True), rerank_model=rerank_model or "", shortlist=shortlist,
                        generate=hook, generate_strategy="E" if "E" in strategy_list else strategy_list[0],
-                       settings=defaults, app=app)
+                       settings=defaults, app=app, phrases=pasted)
     settings = {"corpus": str(corpus), "questions": str(questions), "ood": str(ood) if ood else None,
+                "phrases": str(phrases) if phrases else None,
                 "strategies": strategy_list, "retrievers": retriever_list, "embedders": embedder_list,
                 "exclude": list(exclude), "vector_index": vector_index, "rerank": rerank_model or None,
                 "shortlist": shortlist if rerank_model else None, "generate": generator if generate else None}
-    report = build_report(run, qs, oods, settings, cost_ratio=cost_ratio, reference_threshold=ref)
+    report = build_report(run, qs, oods, settings, cost_ratio=cost_ratio, reference_threshold=ref, phrases=pasted)
     result = None
     if base is not None and baseline is not None:
         result = compare(report, base)
@@ -158,7 +200,8 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
         cost = c.get("rerank_latency")
         click.echo(f"{c['id']:<40} R@1 {m['recall@1']['value']:.3f}  R@4 {m['recall@4']['value']:.3f}  "
                    f"MRR {m['mrr']['value']:.3f}  destroyed {len(c['destroyed'])}"
-                   + (f"  rerank p50 {cost['p50_ms']:.0f} ms p95 {cost['p95_ms']:.0f} ms" if cost else ""))
+                   + (f"  rerank p50 {cost['p50_ms']:.0f} ms p95 {cost['p95_ms']:.0f} ms" if cost else "")
+                   + (f"  exact words R@4 {c['phrases']['recall@4']['value']:.3f}" if c.get("phrases") else ""))
     a = report.get("answers")
     if a:
         click.echo(f"answers {a['configuration']} ({a['generator']}): refused {a['refused']['count']}/{a['in_domain']}"

@@ -34,7 +34,8 @@ def _calibration_json(c: Calibration) -> dict[str, Any]:
 
 
 def build_report(run: Run, questions: list[Question], ood: list[OodQuery], settings: dict[str, Any],
-                 cost_ratio: float = 3.0, reference_threshold: float = 0.675, max_sources: int = 4) -> dict[str, Any]:
+                 cost_ratio: float = 3.0, reference_threshold: float = 0.675, max_sources: int = 4,
+                 phrases: list[Question] | None = None) -> dict[str, Any]:
     truths = sorted({q.truth for q in questions})
     index_of = {(i.embedder, i.strategy): i for i in run.indexes}
     configurations = []
@@ -52,13 +53,21 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
             "recall_curve": [round(x, 6) for x in recall_curve(ranks, DEPTH)],
             "calibration": _calibration_json(cal),
             "rerank_latency": latency(run.latency[s.id]) if s.id in run.latency else None,
+            "phrases": ({name: e.as_json() for name, e in
+                         summary([r.rank for r in run.phrases[s.id].values()]).items()}
+                        if s.id in run.phrases else None),
         })
     pairs = []
     for a, b in itertools.combinations(run.setups, 2):
         ra = {q: r.rank for q, r in run.answerable[a.id].items()}
         rb = {q: r.rank for q, r in run.answerable[b.id].items()}
-        pairs.append({"a": a.id, "b": b.id, "tests": [t.as_json() for t in paired(ra, rb, RECALL_KS)],
-                      "rr": paired_rr(ra, rb)})
+        pair = {"a": a.id, "b": b.id, "tests": [t.as_json() for t in paired(ra, rb, RECALL_KS)],
+                "rr": paired_rr(ra, rb)}
+        if a.id in run.phrases and b.id in run.phrases:
+            pa = {q: r.rank for q, r in run.phrases[a.id].items()}
+            pb = {q: r.rank for q, r in run.phrases[b.id].items()}
+            pair["phrases"] = {"tests": [t.as_json() for t in paired(pa, pb, RECALL_KS)], "rr": paired_rr(pa, pb)}
+        pairs.append(pair)
     return {
         "schema": SCHEMA,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -68,6 +77,7 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
                      "reference_threshold": reference_threshold, "max_sources": max_sources,
                      "match": "whitespace-collapsed needle in the chunk's embedded text less its contextual header"},
         "ground_truth": {"questions": len(questions), "truths": truths, "ood": len(ood),
+                         "phrases": len(phrases or []),
                          "fingerprint": fingerprint(questions, ood),
                          "problems": [{"truth": p.truth, "problem": p.problem} for p in run.needle_problems]},
         "timing": {"total_seconds": round(run.seconds, 2),
@@ -76,7 +86,8 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
         "configurations": configurations,
         "paired": pairs,
         "answers": None if run.answers is None else {**run.answers, "configuration": _answer_config(run.answers)},
-        "queries": {"answerable": _per_query(run.answerable), "ood": _per_query(run.ood)},
+        "queries": {"answerable": _per_query(run.answerable), "ood": _per_query(run.ood),
+                    "phrases": _per_query(run.phrases)},
         "baseline": None,
     }
 
@@ -164,6 +175,20 @@ def answers_markdown(a: dict[str, Any]) -> list[str]:
             _table(["stage", "queries", "p50", "p95", "p99"], latency_rows(a)), ""]
 
 
+def phrases_markdown(report: dict[str, Any]) -> list[str]:
+    """The exact-words queries: what a user pastes from a document (a phrase, an option, an error message)."""
+    ks = report["settings"]["recall_ks"]
+    rows = [[c["id"], *[_est(c["phrases"][f"recall@{k}"]) for k in (1, 4)], _est(c["phrases"]["mrr"])]
+            for c in report["configurations"] if c.get("phrases")]
+    pairs = [[p["a"], p["b"], *[_p(t) for t in p["phrases"]["tests"]],
+              _p(p["phrases"]["rr"]) if p["phrases"]["rr"] else "-"] for p in report["paired"] if p.get("phrases")]
+    return ["## Exact words", "",
+            f"{report['ground_truth']['phrases']} queries pasted verbatim from the corpus (phrases, identifiers, "
+            "error messages), each occurring once; correct = the chunk holds the needle around it.", "",
+            _table(["configuration", "R@1", "R@4", "MRR"], rows), "",
+            *([_table(["A", "B", *[f"R@{k}" for k in ks], "RR"], pairs), ""] if pairs else [])]
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     gt, st = report["ground_truth"], report["settings"]
     out = [f"# citerag evaluation ({report['created']})", "",
@@ -200,6 +225,8 @@ def to_markdown(report: dict[str, Any]) -> str:
                      f"{c['calibration']['at_reference']['bluffs']}/{gt['ood']}"]
                     for c in report["configurations"] if c["calibration"]["worst_in_domain"] is not None
                     and c["calibration"]["best_ood"] is not None]), ""]
+    if gt.get("phrases"):
+        out += phrases_markdown(report)
     cost = [c for c in report["configurations"] if c.get("rerank_latency")]
     if cost:
         out += ["## Rerank cost per query", "",

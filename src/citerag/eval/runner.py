@@ -82,6 +82,7 @@ class Run:
     timings: dict[str, float] = field(default_factory=dict)
     latency: dict[str, list[float]] = field(default_factory=dict)  # setup id -> rerank seconds per query
     answers: dict[str, Any] | None = None  # what the `generate` hook returned (answer-level figures)
+    phrases: dict[str, dict[str, QueryResult]] = field(default_factory=dict)  # exact-words queries, as answerable
 
 
 def safe_name(name: str) -> str:
@@ -197,9 +198,10 @@ def run_eval(corpus: Path, questions: Sequence[Question], ood: Sequence[OodQuery
              retrievers: Sequence[str], embedders: Sequence[str], cache: Path, exclude: Sequence[str] = (),
              log: Callable[[str], None] = lambda s: None, rerank_model: str = "", shortlist: int = 25,
              generate: GenerateHook | None = None, generate_strategy: str | None = None,
-             settings: Settings | None = None, app: Citerag | None = None) -> Run:
+             settings: Settings | None = None, app: Citerag | None = None, phrases: Sequence[Question] = ()) -> Run:
     """`settings` are the base every index's collection starts from (threshold, generator...); each index
-    changes only its folder, strategy and embedder. Its collections are opened in `app` (a new one if None)."""
+    changes only its folder, strategy and embedder. Its collections are opened in `app` (a new one if None).
+    `phrases` (exact-words queries: text pasted from a document) are scored apart from `questions`."""
     for s in strategies:
         if s not in STRATEGIES:
             raise CiteragError(f"unknown strategy {s!r}: choose from {', '.join(STRATEGIES)}")
@@ -208,14 +210,14 @@ def run_eval(corpus: Path, questions: Sequence[Question], ood: Sequence[OodQuery
             raise CiteragError(f"unknown retriever {r!r}: choose from {', '.join(MODES)}")
     started = time.perf_counter()
     files = corpus_files(corpus, exclude)
-    problems = check_needles(extract_corpus(files), questions)
+    problems = check_needles(extract_corpus(files), [*questions, *phrases])
     for p in problems:
         log(f"ground truth: {p.truth}: {p.problem}")
     run = Run([], [], {}, {}, problems, 0.0)
     owner = Citerag() if app is None else app
     try:
         _run_all(owner, settings or Settings(), run, files, questions, ood, strategies, retrievers, embedders, cache,
-                 log, rerank_model, shortlist, generate, generate_strategy)
+                 log, rerank_model, shortlist, generate, generate_strategy, phrases)
     finally:
         if app is None:
             owner.close()
@@ -226,11 +228,12 @@ def run_eval(corpus: Path, questions: Sequence[Question], ood: Sequence[OodQuery
 def _run_all(app: Citerag, base: Settings, run: Run, files: list[Path], questions: Sequence[Question],
              ood: Sequence[OodQuery], strategies: Sequence[str], retrievers: Sequence[str], embedders: Sequence[str],
              cache: Path, log: Callable[[str], None], rerank_model: str, shortlist: int,
-             generate: GenerateHook | None, generate_strategy: str | None) -> None:
+             generate: GenerateHook | None, generate_strategy: str | None, phrases: Sequence[Question]) -> None:
     for embedder in embedders:
         t0 = time.perf_counter()
         # One batch per embedder, shared by every strategy through the application's query cache.
-        app.embed_queries(embedder, [q.query for q in questions] + [o.query for o in ood], base.cache_url,
+        app.embed_queries(embedder, [*(q.query for q in questions), *(o.query for o in ood),
+                                    *(p.query for p in phrases)], base.cache_url,
                           base.cache_query_ttl)
         run.timings[f"embed queries {embedder}"] = time.perf_counter() - t0
         for strategy in strategies:
@@ -244,6 +247,8 @@ def _run_all(app: Citerag, base: Settings, run: Run, files: list[Path], question
                 run.setups.append(setup)
                 run.answerable[setup.id] = score_queries(collection, mode, questions, bodies)
                 run.ood[setup.id] = score_queries(collection, mode, ood, bodies)
+                if phrases:
+                    run.phrases[setup.id] = score_queries(collection, mode, phrases, bodies)
             if rerank_model:
                 setup = Setup(embedder, strategy, RERANKED)
                 run.setups.append(setup)

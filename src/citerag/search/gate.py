@@ -6,8 +6,9 @@ from citerag.types import Hit
 
 
 def gate(hits: list[Hit], threshold: float, max_sources: int = 4) -> list[Hit]:
-    """At most `max_sources` hits, in rank order, whose cosine distance is under `threshold`.
+    """At most `max_sources` hits, in rank order, whose cosine distance is under `threshold` or that hold the
+    query's words verbatim (`Hit.exact`: the user pasted this passage's words, so it is no bluff to cite it).
 
     Empty means NO ANSWER: the caller must not call a model.
     """
-    return [h for h in hits if h.cosine_distance < threshold][:max_sources]
+    return [h for h in hits if h.cosine_distance < threshold or h.exact][:max_sources]

@@ -1,4 +1,7 @@
-"""Dense, BM25 and hybrid (RRF) ranking over a collection's search indexes, hits read from one store view."""
+"""Dense, BM25, hybrid (RRF) and adaptive ranking over a collection's search indexes, hits read from one store view.
+
+Adaptive is dense, except that chunks holding the query's words verbatim (search/phrase.py) come first: a pasted
+phrase, error message or identifier finds its passage, and a question ranks exactly as dense does."""
 
 from __future__ import annotations
 
@@ -8,11 +11,12 @@ import numpy as np
 
 from citerag.index.base import LexicalIndex, VectorIndex
 from citerag.search.fuse import rrf
+from citerag.search.phrase import SHORTLIST, exact_matches
 from citerag.store.base import StoreView
 from citerag.trace import tracer
 from citerag.types import Hit
 
-MODES = ("dense", "bm25", "hybrid")
+MODES = ("dense", "bm25", "hybrid", "adaptive")
 
 
 class Retriever:
@@ -36,9 +40,20 @@ class Retriever:
         if vector is None:  # nothing indexed yet (the collection checks emptiness before it searches)
             return []
         q = self._embed(query)
+        exact: list[int] = []
         if mode == "dense":
             ids, scores = _traced("citerag.dense", lambda: vector.search(q, k))
             similarity = scores
+        elif mode == "adaptive":
+            dense, _ = _traced("citerag.dense", lambda: vector.search(q, k))
+            lexical_ids, _ = _traced("citerag.bm25", lambda: lexical.search(query, SHORTLIST))
+            shortlist = lexical_ids.tolist()
+            contents = {i: c.content for i, c in self.view.chunks(shortlist).items()}
+            exact = exact_matches(query, shortlist, contents)
+            first = set(exact)
+            ids = np.array([*exact, *(i for i in dense.tolist() if i not in first)][:k], dtype=np.int64)
+            similarity = vector.similarity(q, ids)
+            scores = similarity
         else:
             if mode == "bm25":
                 ids, scores = _traced("citerag.bm25", lambda: lexical.search(query, k))
@@ -54,7 +69,8 @@ class Retriever:
                 ids, scores = _traced("citerag.fusion", fuse)
             # Every hit, BM25-only ones included, gets its exact cosine distance, so the gate treats all alike.
             similarity = vector.similarity(q, ids)
-        return hits_from_rows(self.view, [(i, r + 1, s, 1.0 - c) for r, (i, s, c) in
+        decisive = set(exact)
+        return hits_from_rows(self.view, [(i, r + 1, s, 1.0 - c, i in decisive) for r, (i, s, c) in
                                           enumerate(zip(ids.tolist(), scores.tolist(), similarity.tolist(),
                                                         strict=True))])
 
@@ -64,12 +80,13 @@ class Retriever:
 
 
 def hits_from_rows(view: StoreView, rows: Sequence[Sequence[float]]) -> list[Hit]:
-    """Hits from (chunk id, rank, score, cosine distance) rows, their chunks and documents read from `view`
-    (a cached retrieval is stored as these rows; its key names the generation, so the ids are the view's)."""
+    """Hits from (chunk id, rank, score, cosine distance[, exact]) rows, their chunks and documents read from
+    `view` (a cached retrieval is stored as these rows; its key names the generation, so the ids are the view's)."""
     chunks = view.chunks(int(r[0]) for r in rows)
     documents = view.documents({c.document_id for c in chunks.values()})
-    return [Hit(chunk=chunks[int(i)], document=documents[chunks[int(i)].document_id], rank=int(rank),
-                score=float(score), cosine_distance=float(distance)) for i, rank, score, distance in rows]
+    return [Hit(chunk=chunks[int(r[0])], document=documents[chunks[int(r[0])].document_id], rank=int(r[1]),
+                score=float(r[2]), cosine_distance=float(r[3]), exact=bool(r[4]) if len(r) > 4 else False)
+            for r in rows]
 
 
 def _traced(name: str, stage: Callable[[], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ class _Body(BaseModel):
 class CollectionSettings(_Body):
     threshold: float | None = Field(default=None, gt=0, le=2)
     max_sources: int | None = Field(default=None, ge=1, le=20)
-    mode: Literal["dense", "bm25", "hybrid"] | None = None
+    mode: Literal["dense", "bm25", "hybrid", "adaptive"] | None = None
     k: int | None = Field(default=None, ge=1, le=1000)
     rrf_k: int | None = Field(default=None, ge=1, le=10000)
     strategy: Literal["A", "B", "C", "D", "E", "F"] | None = None
@@ -32,13 +32,13 @@ class CreateCollection(_Body):
 
 class SearchRequest(_Body):
     query: str = Field(min_length=1, max_length=4000)
-    mode: Literal["dense", "bm25", "hybrid"] | None = None
+    mode: Literal["dense", "bm25", "hybrid", "adaptive"] | None = None
     k: int | None = Field(default=None, ge=1, le=100)
 
 
 class AskRequest(_Body):
     question: str = Field(min_length=1, max_length=4000)
-    mode: Literal["dense", "bm25", "hybrid"] | None = None
+    mode: Literal["dense", "bm25", "hybrid", "adaptive"] | None = None
     k: int | None = Field(default=None, ge=1, le=100)
     threshold: float | None = Field(default=None, gt=0, le=2)
     max_sources: int | None = Field(default=None, ge=1, le=20)
