@@ -44,6 +44,7 @@ import os
 import re
 import sys
 from collections import Counter
+from pathlib import Path
 
 import lxml.etree
 import lxml.html
@@ -172,7 +173,7 @@ def text_of(el) -> str:
 
 
 def parse(path: str, parser: str):
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     if parser == "xml":
         root = lxml.etree.fromstring(data, lxml.etree.XMLParser(huge_tree=True, no_network=True,
                                                                  resolve_entities=False))
@@ -186,7 +187,7 @@ class Checker:
         self.problems: list[str] = []
         self.bodies = {f: parse(os.path.join(CORPUS, f), parser) for f in HTML_FILES}
         self.texts = {f: ws(text_of(b)) for f, b in self.bodies.items()}
-        self.raws = {f: ws(open(os.path.join(CORPUS, f), encoding="utf-8").read()) for f in HTML_FILES}
+        self.raws = {f: ws(Path(CORPUS, f).read_text(encoding="utf-8")) for f in HTML_FILES}
         self.paras = {f: [el for el in b.iter() if local(el) in PARA_TAGS] for f, b in self.bodies.items()}
 
     def fail(self, msg: str) -> None:
@@ -232,7 +233,7 @@ class Checker:
 
 
 def load_jsonl(path: str) -> list[dict]:
-    return [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def main() -> int:
@@ -247,10 +248,10 @@ def main() -> int:
         p = os.path.join(CORPUS, f)
         if not os.path.isfile(p):
             pre.append(f"corpus/{f} missing")
-        elif hashlib.sha256(open(p, "rb").read()).hexdigest() != digest:
+        elif hashlib.sha256(Path(p).read_bytes()).hexdigest() != digest:
             pre.append(f"corpus/{f} differs from the packaged original")
     lic = os.path.join(CORPUS, "LICENSE")
-    lic_text = open(lic, encoding="utf-8").read() if os.path.isfile(lic) else ""
+    lic_text = Path(lic).read_text(encoding="utf-8") if os.path.isfile(lic) else ""
     if "postgresql-doc-15" not in lic_text or "PostgreSQL Database Management System" not in lic_text:
         pre.append("corpus/LICENSE missing or lacks the provenance / licence text")
     extra = sorted(set(os.listdir(CORPUS)) - set(SHA256) - {"LICENSE"})
