@@ -41,7 +41,7 @@ def problems(index: Path | None = None, **flags: Any) -> str:
 def test_defaults_match_the_old_config(tmp_path: Path) -> None:
     s = load_settings(tmp_path / "idx")
     assert (s.strategy, s.target, s.overlap, s.threshold, s.mode, s.k, s.max_sources) == ("E", 512, 64, 0.675,
-                                                                                            "dense", 20, 4)
+                                                                                            "adaptive", 20, 4)
     assert (s.generator, s.generator_timeout, s.generator_retries, s.collection) == ("extractive", 60.0, 3, "default")
     assert s.index_dir == tmp_path / "idx"
 

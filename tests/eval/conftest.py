@@ -26,7 +26,12 @@ def tiny_set(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ood = root / "ood.jsonl"
     ood.write_text("\n".join((DEV_SET / "ood.jsonl").read_text(encoding="utf-8").splitlines()[:10]) + "\n",
                    encoding="utf-8")
-    return {"root": root, "corpus": corpus, "questions": questions, "ood": ood, "cache": root / "indexes"}
+    # With phrases.jsonl beside them the folder is a dev set (`citerag eval --dev-set`).
+    phrases = root / "phrases.jsonl"
+    rows = [json.loads(line) for line in (DEV_SET / "phrases.jsonl").read_text(encoding="utf-8").splitlines()]
+    phrases.write_text("".join(json.dumps(r) + "\n" for r in rows if r["source"] in TINY_FILES), encoding="utf-8")
+    return {"root": root, "corpus": corpus, "questions": questions, "ood": ood, "phrases": phrases,
+            "cache": root / "indexes"}
 
 
 @pytest.fixture(scope="session")

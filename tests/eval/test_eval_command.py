@@ -97,3 +97,31 @@ def test_bad_ground_truth_is_one_line(tmp_path: Path, tiny_set: dict[str, Path])
     bad.write_text('{"id": "x", "truth": "t", "style": "doc", "query": "q"}\n', encoding="utf-8")
     done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", bad, "--out", tmp_path / "o")
     assert done.returncode == 1 and done.stderr.strip() == f"error: {bad}:1: missing or empty field(s) needle, source"
+
+
+def test_a_dev_set_folder_is_one_command_and_exact_words_are_scored_apart(tiny_set: dict[str, Path]) -> None:
+    out = tiny_set["root"] / "devset"
+    done = citerag("eval", "--dev-set", tiny_set["root"], "--strategies", "E", "--retrievers", "dense,adaptive",
+                   "--cache", tiny_set["cache"], "--out", out, "--no-html")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["settings"]["phrases"] == str(tiny_set["phrases"])
+    assert report["ground_truth"]["phrases"] == 4 and report["ground_truth"]["questions"] == 8
+    answerable, phrases = report["queries"]["answerable"], report["queries"]["phrases"]
+    # Questions are never pasted text: adaptive ranks them exactly as dense does.
+    assert answerable["E/adaptive/all-MiniLM-L6-v2"] == answerable["E/dense/all-MiniLM-L6-v2"]
+    # Pasted words: each found first by adaptive; dense ranks some of them lower.
+    assert {q: r["rank"] for q, r in phrases["E/adaptive/all-MiniLM-L6-v2"].items()} == {
+        "dr-x01": 1, "dr-x02": 1, "dr-x18": 1, "dr-x19": 1}
+    assert [r["rank"] for r in phrases["E/dense/all-MiniLM-L6-v2"].values()] != [1, 1, 1, 1]
+    by_id = {c["id"]: c for c in report["configurations"]}
+    assert by_id["E/adaptive/all-MiniLM-L6-v2"]["phrases"]["recall@4"]["value"] == 1.0
+    assert "exact words R@4 1.000" in done.stdout
+    assert "## Exact words" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_folder_that_is_no_dev_set_is_one_line(tmp_path: Path) -> None:
+    done = citerag("eval", "--dev-set", tmp_path, "--out", tmp_path / "out")
+    assert done.returncode != 0
+    assert "is not a dev set: it needs corpus/ and questions.jsonl" in done.stderr
+    assert "Traceback" not in done.stderr
