@@ -64,6 +64,10 @@ class Settings(BaseModel):
     # Cosine distance under which a hit may be used; 0.675 until the evaluation calibrates it.
     threshold: float = Field(default=0.675, gt=0, le=2)
     max_sources: int = Field(default=4, ge=1)
+    # The refusal rule: "calibrated" answers under the collection's calibrated cut (citerag.refusal: fitted at
+    # ingest or by `citerag calibrate`) unless a threshold was set explicitly (file, variable, flag or request);
+    # with no calibration for the encoder, the threshold. "threshold" always uses the threshold.
+    refusal: str = Field(default="calibrated", pattern=r"^(calibrated|threshold)$")
     # Dense: best R@4 and MRR on the dev set (hybrid wins only R@1); the gate keeps up to 4 sources.
     mode: str = "dense"  # dense | bm25 | hybrid
     k: int = Field(default=20, ge=1, le=1000)

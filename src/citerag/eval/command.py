@@ -91,7 +91,7 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
     """Measure retrieval on a needle ground truth: Recall@k, MRR, nDCG@10 with Wilson intervals, destroyed
     answers, paired sign tests, threshold calibration; optionally gate against a baseline report."""
     from citerag.eval.gate import compare
-    from citerag.eval.report import attach_baseline, build_report, to_markdown
+    from citerag.eval.report import attach_baseline, build_report, primary, to_markdown
     from citerag.eval.runner import parse_list, run_eval
     from citerag.eval.truth import load_ood, load_questions
 
@@ -159,6 +159,12 @@ def eval_command(corpus: Path, questions: Path, ood: Path | None, strategies: st
         click.echo(f"{c['id']:<40} R@1 {m['recall@1']['value']:.3f}  R@4 {m['recall@4']['value']:.3f}  "
                    f"MRR {m['mrr']['value']:.3f}  destroyed {len(c['destroyed'])}"
                    + (f"  rerank p50 {cost['p50_ms']:.0f} ms p95 {cost['p95_ms']:.0f} ms" if cost else ""))
+    r = primary(report).get("refusal_rule") if report["configurations"] else None
+    if r:
+        b = r["bluffs"]
+        groups = ", ".join(f"{g} {b[g]['count']}/{b[g]['n']}" for g in ("near", "traps", "far"))
+        click.echo(f"calibrated refusal ({primary(report)['id']}, cut {r['threshold']:.3f}): refused "
+                   f"{r['refused']['count']}/{r['refused']['n']}  bluffs {b['count']}/{b['n']} ({groups})")
     a = report.get("answers")
     if a:
         click.echo(f"answers {a['configuration']} ({a['generator']}): refused {a['refused']['count']}/{a['in_domain']}"

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from citerag.search.gate import gate
 from citerag.types import Hit
 
 RULE_VERSION = 1
@@ -41,7 +42,7 @@ class RefusalRule:
 
     def gate(self, hits: list[Hit], max_sources: int) -> list[Hit]:
         """The hits an answer may use, rank order; empty means NO ANSWER."""
-        return [h for h in hits if h.cosine_distance < self.threshold][:max_sources]
+        return gate(hits, self.threshold, max_sources)
 
     def describe(self) -> str:
         """One line: the cut and its figures on the sets it was fitted on."""

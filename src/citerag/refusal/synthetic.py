@@ -17,9 +17,10 @@ from citerag.types import StoredChunk
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.+/-]*[A-Za-z0-9]|[A-Za-z]")
 _NUMBERING = re.compile(r"^\s*(?:[0-9A-Z]{1,3}\.)+(?:[0-9]+\.?)*\s*")  # "1.2.3. ", "A.1. "
-STOPWORDS = frozenset("""a an and are as at be been but by can could do does for from has have how i if in into is it
+_STOP_TEXT = """a an and are as at be been but by can could do does for from has have how i if in into is it
 its may me my not of on or our should so than that the their then there these they this to was we were what when
-where which while who why will with would you your""".split())
+where which while who why will with would you your"""
+STOPWORDS = frozenset(_STOP_TEXT.split())
 _STEMS = ("How do I {}?", "What is {}?", "How can I {}?", "Why {}?", "What about {}?", "{}?")
 _HEADING_STEMS = ("How do I handle {}?", "What should I know about {}?", "Where is {} explained?",
                   "How does {} work?", "{}: how?")
