@@ -66,7 +66,7 @@ def test_the_rule_refuses_far_out_of_domain_questions(app: Citerag) -> None:
         assert answer.refused, question
         assert "(calibrated rule)" in answer.answer and answer.best_distance is not None
         assert answer.threshold == app.collection().refusal_rule().threshold  # type: ignore[union-attr]
-        assert answer.best_distance >= answer.threshold
+        assert answer.threshold is not None and answer.best_distance >= answer.threshold
 
 
 def test_the_rule_answers_the_dev_questions_these_chapters_hold(app: Citerag) -> None:
