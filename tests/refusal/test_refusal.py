@@ -18,7 +18,7 @@ from citerag.app import AskOptions, Citerag, Settings, Source
 from citerag.cli import main
 from citerag.refusal import RefusalRule
 from citerag.refusal.bank import load_bank
-from citerag.refusal.calibrate import MIN_SYNTHETIC, choose_cut, needs_refit
+from citerag.refusal.calibrate import MIN_SYNTHETIC, TooSmall, choose_cut, needs_refit
 from citerag.refusal.synthetic import synthetic_questions
 from corpus_paths import DEV_CORPUS, DEV_SET
 
@@ -167,3 +167,16 @@ def test_the_bank_is_distinct_from_the_dev_sets_out_of_domain_questions() -> Non
     bank = {b.query.lower() for b in load_bank()}
     assert len(bank) == len(load_bank()) >= 200
     assert not bank & {o["query"].lower() for o in _jsonl(DEV_SET / "ood.jsonl")}
+
+
+def test_a_collection_too_small_to_calibrate_keeps_the_threshold(tmp_path: Path) -> None:
+    text = (DEV_SET.parent.parent / "tests" / "data" / "markdown" / "debian-reference" / "ch01.md").read_text()
+    with Citerag.open(Settings(index_dir=tmp_path / "tiny"), create=True) as app:
+        collection = app.collection()
+        collection.index_document(Source("notes/intro.md", text[:3000].encode()))
+        assert collection.refusal_rule() is None
+        assert isinstance(collection.last_calibration, TooSmall)
+        status = collection.refusal_status(collection.settings)
+        assert status.rule == "threshold" and status.threshold == 0.675 and "no calibration" in status.reason
+        refused = collection.ask("How do I stop my puppy from biting during play?")
+        assert refused.refused and "(calibrated rule)" not in refused.answer and refused.threshold == 0.675

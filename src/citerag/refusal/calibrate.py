@@ -24,6 +24,8 @@ from citerag.types import StoredChunk
 COST_RATIO = 3.0  # a bluff (a confident, cited answer to what the corpus does not hold) costs three refusals
 SYNTHETIC = 200
 MIN_SYNTHETIC = 20  # fewer and the cut is noise: the collection keeps the threshold setting
+# A handful of chunks gives many questions that are rewordings of each other: no evidence about real ones.
+MIN_CHUNKS = 20
 SEED = 13
 
 # The best-hit cosine distance of each question (dense, exact): what the collection supplies.
@@ -58,7 +60,11 @@ def _summary(values: Sequence[float]) -> list[float]:
 
 def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_distances: BestDistances,
              cost_ratio: float = COST_RATIO, synthetic: int = SYNTHETIC, seed: int = SEED) -> RefusalRule:
-    """The calibrated rule of a collection with these chunks. Raises TooSmall under MIN_SYNTHETIC questions."""
+    """The calibrated rule of a collection with these chunks. Raises TooSmall under MIN_CHUNKS chunks or
+    MIN_SYNTHETIC questions."""
+    if len(chunks) < MIN_CHUNKS:
+        raise TooSmall(f"{len(chunks)} chunks are too few to calibrate on (at least {MIN_CHUNKS}): the threshold "
+                       "setting stays in use")
     questions = [q.query for q in synthetic_questions(chunks, synthetic, seed)]
     if len(questions) < MIN_SYNTHETIC:
         raise TooSmall(f"only {len(questions)} synthetic questions could be made from {len(chunks)} chunks "
