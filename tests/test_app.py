@@ -108,7 +108,10 @@ def test_gate_refuses_without_calling_the_generator(built: Citerag, spy: SpyGene
     question = "What is the best oven temperature for baking sourdough bread?"
     result = built.ask(question)
     assert result.refused and spy.calls == 0 and result.citations == []
-    assert result.answer == f'NO ANSWER: nothing under cosine distance 0.675 for "{question}"'
+    rule = built.collection().refusal_rule()  # ingest calibrated it: the refusal names its cut
+    assert rule is not None and result.threshold == rule.threshold
+    assert result.answer == (f'NO ANSWER: nothing under cosine distance {rule.threshold:g} (calibrated rule) '
+                             f'for "{question}"')
     # An answerable question refused by a strict threshold: still no call.
     strict = built.ask(QUESTIONS["dr-27-doc"]["query"], AskOptions(threshold=0.05))
     assert strict.refused and spy.calls == 0

@@ -67,7 +67,9 @@ def test_ask_refusal_text(index: Path, capsys, monkeypatch) -> None:  # type: ig
     code, out, _ = run(["ask", q, "--index", str(index), "--json"], capsys, monkeypatch)
     data = json.loads(out)
     assert code == 0 and data["refused"] is True and data["citations"] == []
-    assert data["answer"] == f'NO ANSWER: nothing under cosine distance 0.675 for "{q}"'
+    # The ingest calibrated the collection's refusal rule: the refusal names its cut.
+    cut = json.loads(run(["status", "--index", str(index), "--json"], capsys, monkeypatch)[1])["refusal"]["threshold"]
+    assert data["answer"] == f'NO ANSWER: nothing under cosine distance {cut:g} (calibrated rule) for "{q}"'
     code, out, _ = run(["ask", q, "--index", str(index)], capsys, monkeypatch)
     assert out.strip() == data["answer"]
 

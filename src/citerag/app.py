@@ -49,6 +49,7 @@ from citerag.ingest import (
     is_stale,
 )
 from citerag.originals import read_original
+from citerag.refusal import RefusalRule
 from citerag.search import MODES, Retriever
 from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
 from citerag.search.retriever import hits_from_rows
@@ -62,7 +63,7 @@ from citerag.types import Answer, Chunk, Document, Extracted, Hit, SearchResult,
 # What a generator is built from: two collections that agree on these share one (a local LLM loads once).
 # What a retrieval's result depends on besides the store's generation; an answer also on the gate and the generator.
 _RETRIEVAL_SETTINGS = {"mode", "k", "rrf_k", "rerank_model", "rerank_shortlist", "embedding_model", "vector_index"}
-_ANSWER_SETTINGS = {"threshold", "max_sources"}  # | _GENERATOR_SETTINGS, added below
+_ANSWER_SETTINGS = {"threshold", "max_sources", "refusal"}  # | _GENERATOR_SETTINGS, added below
 _GENERATOR_SETTINGS = {"generator", "embedding_model", "llm_model_path", "llm_context", "llm_max_tokens",
                        "llm_temperature", "openai_base_url", "openai_model", "openai_api_key_env", "openai_stream",
                        "generator_timeout", "generator_retries"}
@@ -109,10 +110,25 @@ class DocumentStatus:
 
 
 @dataclass
+class RefusalStatus:
+    """Which rule refuses questions: the calibrated cut (`rule`) or the threshold setting, and why."""
+
+    rule: str  # "calibrated" | "threshold"
+    threshold: float  # the cut in use
+    reason: str  # why this rule (no calibration yet, set explicitly, ...)
+    calibration: RefusalRule | None = None  # the collection's calibration for its encoder, used or not
+
+    def as_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "threshold": self.threshold, "reason": self.reason,
+                "calibration": None if self.calibration is None else dataclasses.asdict(self.calibration)}
+
+
+@dataclass
 class CollectionStatus:
     collection: str
     location: str
     documents: list[DocumentStatus] = field(default_factory=list)
+    refusal: RefusalStatus | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -122,6 +138,7 @@ class CollectionStatus:
 
     def as_json(self) -> dict[str, Any]:
         return {"collection": self.collection, "index": self.location, "counts": self.counts,
+                "refusal": None if self.refusal is None else self.refusal.as_json(),
                 "documents": [r.as_json() for r in self.documents]}
 
 
@@ -361,6 +378,8 @@ class Collection:
         self._accept_lock = threading.Lock()
         self.search_backend = open_search(settings)
         self.identity: object | None = None  # the catalog's identity of it when opened (see Citerag.refresh)
+        # What the last automatic calibration did (the CLI reports it): the rule fitted, or why none was.
+        self.last_calibration: RefusalRule | CiteragError | None = None
         # Traces beside a sqlite store, or in a PostgreSQL store's database through its pool (None: trace_keep 0).
         self.traces = open_trace_store(settings, store)
 
@@ -378,16 +397,72 @@ class Collection:
         found = paths if isinstance(paths, Discovered) else discover(paths)
         try:
             with sink(self._trace_sink(None)):
-                return self.indexer.ingest(found, progress)
+                report = self.indexer.ingest(found, progress)
         finally:
             self.persist_indexes()
+        if report.indexed or report.removed:  # a run that changed documents recalibrates the refusal rule
+            self._recalibrate(always=True)
+        return report
 
     def index_document(self, source: Source) -> Outcome:
         try:
             with sink(self._trace_sink(None)):
-                return self.indexer.index_document(source)
+                outcome = self.indexer.index_document(source)
         finally:
             self.persist_indexes()
+        # An upload recalibrates only when there is no rule yet or the document count moved by > 10 %: a fit
+        # embeds ~400 questions, too much to repeat after every upload of a large collection.
+        self._recalibrate(always=False)
+        return outcome
+
+    # The refusal rule
+    def refusal_rule(self) -> RefusalRule | None:
+        """The collection's calibrated rule for its encoder, or None when it has none."""
+        text = self.store.refusal_rule(self.settings.embedding_model)
+        return None if text is None else RefusalRule.from_json(text)
+
+    def calibrate(self) -> RefusalRule:
+        """Fit the refusal rule on synthetic questions from this collection's chunks and the shipped bank of
+        out-of-domain questions (citerag.refusal.calibrate), and keep it with the store. Raises TooSmall (a
+        CiteragError) when the collection is too small to make enough questions; EmptyCollection when empty."""
+        from citerag.refusal.calibrate import fit_rule
+
+        chunks, documents = self.indexed_chunks()
+        if not chunks:
+            raise EmptyCollection(f"the index at {self.location} has no indexed documents: "
+                                  "run `citerag ingest PATH` first")
+        rule = fit_rule(chunks, len(documents), self.settings.embedding_model, self._best_distances)
+        self.store.save_refusal_rule(rule.encoder, rule.to_json())
+        self.last_calibration = rule
+        return rule
+
+    def _best_distances(self, queries: Sequence[str]) -> list[float]:
+        """Each question's smallest cosine distance to a chunk (dense search), without traces or caches of
+        results: calibration questions are no user's questions."""
+        s = self.settings
+        vectors = self.app.embed_queries(s.embedding_model, queries, s.cache_url, s.cache_query_ttl)
+        out = []
+        with self._retriever() as retriever:
+            assert retriever.vector is not None  # _retriever refuses an empty collection
+            for vector in vectors:
+                _, similarity = retriever.vector.search(vector, 1)
+                out.append(1.0 - float(similarity[0]) if len(similarity) else 2.0)
+        return out
+
+    def _recalibrate(self, always: bool) -> None:
+        """After a write: fit the rule again (always, or when citerag.refusal.calibrate.needs_refit says). A
+        collection too small to calibrate, or a failure, keeps the rule it had; the write itself stands."""
+        from citerag.refusal.calibrate import needs_refit
+
+        try:
+            if not always:
+                indexed = sum(d.status == "indexed" for d in self.store.documents())
+                if indexed == 0 or not needs_refit(self.refusal_rule(), indexed, self.settings.embedding_model):
+                    return
+            self.calibrate()
+        except CiteragError as exc:
+            self.last_calibration = exc
+            log.warning("refusal rule not calibrated: %s", exc)
 
     def delete(self, document_id: int) -> None:
         if self.store.document(document_id) is None:
@@ -449,7 +524,19 @@ class Collection:
 
     def status(self) -> CollectionStatus:
         rows = [DocumentStatus(d, is_stale(d, self.indexer.stamps_for(d.name))) for d in self.store.documents()]
-        return CollectionStatus(self.name, self.location, rows)
+        return CollectionStatus(self.name, self.location, rows, self.refusal_status(self.settings))
+
+    def refusal_status(self, settings: Settings) -> RefusalStatus:
+        """The rule that refuses questions under these settings (the collection's, or a request's)."""
+        rule = self.refusal_rule()
+        if settings.refusal == "threshold":
+            return RefusalStatus("threshold", settings.threshold, "refusal = \"threshold\"", rule)
+        if "threshold" in settings.model_fields_set:
+            return RefusalStatus("threshold", settings.threshold, "a threshold was set explicitly", rule)
+        if rule is None:
+            return RefusalStatus("threshold", settings.threshold,
+                                 f"no calibration for {settings.embedding_model} yet (`citerag calibrate`)")
+        return RefusalStatus("calibrated", rule.threshold, "calibrated for this collection", rule)
 
     def chunk_stats(self) -> dict[int, ChunkStats]:
         return dict(self.store.chunk_stats())
@@ -558,14 +645,19 @@ class Collection:
         same events without retrieving or generating."""
         check_text(question, "question")
         settings = self.settings.with_changes(**(options or AskOptions()).changes())
+        # The gate's cut: the calibrated rule's unless a threshold was set; from here on it is settings.threshold
+        # (in the answer cache's key, the trace's options and a replay's), and `refusal` says where it came from.
+        rule = self.refusal_status(settings)
+        if rule.rule == "calibrated":
+            settings = settings.with_changes(threshold=rule.threshold)
         # The question's trace: its span is current while each event is computed (see traced_events).
         texts = {"question": question}
         span = tracer.start_span("citerag.ask", attributes=self._operation("ask", settings))
-        return traced_events(span, self._ask_events(question, settings, span, texts),
+        return traced_events(span, self._ask_events(question, settings, span, texts, rule.rule),
                              self._trace_sink(settings, texts))
 
-    def _ask_events(self, question: str, settings: Settings, span: Any,
-                    texts: dict[str, str]) -> Iterator[tuple[str, Any]]:
+    def _ask_events(self, question: str, settings: Settings, span: Any, texts: dict[str, str],
+                    rule: str = "threshold") -> Iterator[tuple[str, Any]]:
         from citerag.answer.pipeline import answer_events
 
         started = time.perf_counter()
@@ -598,7 +690,7 @@ class Collection:
         yield "retrieval", hits
         # The generator runs after the read has ended: a slow model holds neither the index nor the database.
         for kind, value in answer_events(question, hits, self.app.generator(settings), sources.__getitem__, settings,
-                                         timings, started):
+                                         timings, started, rule):
             if kind == "answer":
                 value.cache = cache
                 value.trace_id = current_trace_id(span)
@@ -701,6 +793,6 @@ def chunk_file(path: Path, strategy: str, target: int, overlap: int, title: str 
 
 
 __all__ = ["MODES", "Accepted", "AskOptions", "Citerag", "EmptyCollection",
-           "Collection", "CollectionStatus", "Discovered", "DocumentStatus",
+           "Collection", "CollectionStatus", "Discovered", "DocumentStatus", "RefusalRule", "RefusalStatus",
            "Generator", "GeneratorError", "IngestReport", "Outcome", "SearchOptions", "Settings", "Source",
            "check_text", "chunk_file", "discover", "extract_file", "gate", "load_settings", "set_in_config_file"]

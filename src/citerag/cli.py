@@ -17,6 +17,8 @@ from citerag.app import (
     AskOptions,
     Citerag,
     IngestReport,
+    RefusalRule,
+    RefusalStatus,
     SearchOptions,
     Settings,
     chunk_file,
@@ -88,7 +90,34 @@ def ingest(paths: tuple[Path, ...], index: str | None, strategy: str | None, as_
     found = discover(paths)  # before the index is created: a wrong path leaves nothing behind
     with _open(settings, create=True) as app:
         report = app.ingest(found, progress=_progress("ingest"))
+        calibration = app.collection().last_calibration
     _print_report(report, as_json)
+    if calibration is not None and not as_json:
+        click.echo(f"refusal rule: {calibration.describe()}" if isinstance(calibration, RefusalRule)
+                   else f"refusal rule not calibrated: {calibration}")
+
+
+@cli.command()
+@index_option
+@click.option("--json", "as_json", is_flag=True)
+def calibrate(index: str | None, as_json: bool) -> None:
+    """Fit the collection's refusal rule: synthetic questions from its own chunks against the shipped bank of
+    out-of-domain questions; no labelled question needed. `ingest` does it after every run that changed documents."""
+    with _open(load_settings(index)) as app:
+        rule = app.collection().calibrate()
+        refusal = app.collection().refusal_status(app.collection().settings)
+    if as_json:
+        _emit_json(refusal.as_json())
+        return
+    click.echo(f"refusal rule: {rule.describe()}")
+    _echo_refusal_use(refusal)
+
+
+def _echo_refusal_use(refusal: RefusalStatus) -> None:
+    if refusal.rule == "calibrated":
+        click.echo(f"in use: questions are refused unless a hit lies under cosine distance {refusal.threshold:.3f}")
+    else:
+        click.echo(f"in use: the threshold {refusal.threshold:g} ({refusal.reason})")
 
 
 @cli.command()
@@ -211,6 +240,10 @@ def status(index: str | None, as_json: bool) -> None:
         _emit_json(report.as_json())
         return
     click.echo(f"{report.location}: " + ", ".join(f"{n} {s}" for s, n in report.counts.items()))
+    if report.refusal is not None:
+        rule = report.refusal.calibration
+        click.echo(f"refusal rule: {rule.describe()}" if rule is not None else "refusal rule: not calibrated")
+        _echo_refusal_use(report.refusal)
     for row in report.documents:
         d = row.document
         flag = " (stale)" if row.stale else ""

@@ -64,6 +64,10 @@ class Settings(BaseModel):
     # Cosine distance under which a hit may be used; 0.675 until the evaluation calibrates it.
     threshold: float = Field(default=0.675, gt=0, le=2)
     max_sources: int = Field(default=4, ge=1)
+    # The refusal rule: "calibrated" answers under the collection's calibrated cut (citerag.refusal: fitted at
+    # ingest or by `citerag calibrate`) unless a threshold was set explicitly (file, variable, flag or request);
+    # with no calibration for the encoder, the threshold. "threshold" always uses the threshold.
+    refusal: str = Field(default="calibrated", pattern=r"^(calibrated|threshold)$")
     # Adaptive: dense (best R@4 and MRR on both dev sets; hybrid wins only R@1), but chunks that hold the query's
     # words verbatim come first (exact-words R@4 1.00 on both, against dense 0.73 and 0.57); see docs/quality.md.
     mode: str = "adaptive"  # dense | bm25 | hybrid | adaptive

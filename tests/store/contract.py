@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from citerag.errors import CiteragError, Superseded
+from citerag.refusal import RefusalRule
 from citerag.store import ChunkStats, Store
 from citerag.types import Chunk, Locator
 from corpus_paths import DATA
@@ -355,3 +356,25 @@ class StoreContract:
         store.close()
         with pytest.raises(CiteragError, match="closed"):
             store.documents()
+
+    def test_a_refusal_rule_is_kept_per_encoder_and_replaced_whole(self, make_store: MakeStore) -> None:
+        store = make_store("rules")
+        add(store, ROOT_ACCOUNT)
+        generation = store.generation()
+        assert store.refusal_rule(MODEL) is None
+        first = RefusalRule(threshold=0.561, encoder=MODEL, fitted_at="2024-01-01T00:00:00+00:00", documents=1,
+                            chunks=3, synthetic=200, synthetic_refused=15, bank=219, bank_answered=8,
+                            cost_ratio=3.0, seed=13, synthetic_best=[0.1, 0.4, 0.7], bank_best=[0.4, 0.7, 0.9])
+        store.save_refusal_rule(MODEL, first.to_json())
+        other = RefusalRule.from_json(first.to_json())
+        other.encoder, other.threshold = "another-encoder", 0.25
+        store.save_refusal_rule("another-encoder", other.to_json())
+        again = make_store("rules", create=False)  # another process sees it
+        kept = again.refusal_rule(MODEL)
+        assert kept is not None and RefusalRule.from_json(kept) == first
+        assert RefusalRule.from_json(again.refusal_rule("another-encoder") or "{}").threshold == 0.25
+        first.threshold, first.documents = 0.5, 2
+        store.save_refusal_rule(MODEL, first.to_json())
+        assert RefusalRule.from_json(again.refusal_rule(MODEL) or "{}") == first
+        assert make_store("other-collection").refusal_rule(MODEL) is None  # a rule belongs to its collection
+        assert store.generation() == generation  # saving a rule changes no document

@@ -17,8 +17,10 @@ from citerag.trace import hit_attributes, tracer
 from citerag.types import Answer, Hit
 
 
-def refusal(question: str, threshold: float) -> str:
-    return f'NO ANSWER: nothing under cosine distance {threshold:g} for "{question}"'
+def refusal(question: str, threshold: float, rule: str = "threshold") -> str:
+    """The refusal's text: the cut, and which rule set it when it was the collection's calibrated one."""
+    which = " (calibrated rule)" if rule == "calibrated" else ""
+    return f'NO ANSWER: nothing under cosine distance {threshold:g}{which} for "{question}"'
 
 
 def retrieve(question: str, retriever: Retriever, settings: Settings, reranker: Reranker | None = None,
@@ -47,26 +49,28 @@ def retrieve(question: str, retriever: Retriever, settings: Settings, reranker: 
 
 def answer_events(question: str, hits: list[Hit], generator: Generator, canonical_text: Callable[[int], str],
                   settings: Settings, timings: dict[str, float] | None = None,
-                  started: float | None = None) -> Iterator[tuple[str, Any]]:
+                  started: float | None = None, rule: str = "threshold") -> Iterator[tuple[str, Any]]:
     """Gate the ranked hits, cite what passes, generate and check; refuse without calling a model.
 
     Yields ("citation", Citation) for each source the gate kept, ("delta", text) as the generator writes (one
     delta for a generator that does not stream), and last ("answer", Answer): the checked answer or the refusal.
     Deltas are the model's raw text; only the final answer has its citations checked. `started` is when the
-    question arrived (perf_counter), so that timings["total"] includes retrieval."""
+    question arrived (perf_counter), so that timings["total"] includes retrieval. `rule` names where
+    settings.threshold came from ("calibrated" or "threshold"), for the refusal and the trace."""
     timings = {} if timings is None else timings
     start = time.perf_counter() if started is None else started
     with tracer.start_as_current_span("citerag.gate") as span:
         best = min((h.cosine_distance for h in hits), default=None)
         kept = gate(hits, settings.threshold, settings.max_sources)
-        span.set_attributes({"citerag.gate.threshold": settings.threshold, "citerag.gate.max_sources":
+        span.set_attributes({"citerag.gate.threshold": settings.threshold, "citerag.gate.rule": rule,
+                             "citerag.gate.max_sources":
                              settings.max_sources, "citerag.gate.decision": "answered" if kept else "refused",
                              "citerag.gate.kept": len(kept), **hit_attributes("citerag.hits", kept)})
         if best is not None:
             span.set_attribute("citerag.gate.best_distance", round(float(best), 6))
     if not kept:
         timings["total"] = time.perf_counter() - start
-        yield "answer", Answer(question, True, refusal(question, settings.threshold), [], timings=timings,
+        yield "answer", Answer(question, True, refusal(question, settings.threshold, rule), [], timings=timings,
                                best_distance=best, threshold=settings.threshold)
         return
     with tracer.start_as_current_span("citerag.cite") as span:

@@ -124,7 +124,7 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
     """Measure retrieval on a needle ground truth: Recall@k, MRR, nDCG@10 with Wilson intervals, destroyed
     answers, paired sign tests, threshold calibration; optionally gate against a baseline report."""
     from citerag.eval.gate import compare
-    from citerag.eval.report import attach_baseline, build_report, to_markdown
+    from citerag.eval.report import attach_baseline, build_report, primary, to_markdown
     from citerag.eval.runner import parse_list, run_eval
     from citerag.eval.truth import load_ood, load_questions
 
@@ -202,6 +202,12 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
                    f"MRR {m['mrr']['value']:.3f}  destroyed {len(c['destroyed'])}"
                    + (f"  rerank p50 {cost['p50_ms']:.0f} ms p95 {cost['p95_ms']:.0f} ms" if cost else "")
                    + (f"  exact words R@4 {c['phrases']['recall@4']['value']:.3f}" if c.get("phrases") else ""))
+    r = primary(report).get("refusal_rule") if report["configurations"] else None
+    if r:
+        b = r["bluffs"]
+        groups = ", ".join(f"{g} {b[g]['count']}/{b[g]['n']}" for g in ("near", "traps", "far"))
+        click.echo(f"calibrated refusal ({primary(report)['id']}, cut {r['threshold']:.3f}): refused "
+                   f"{r['refused']['count']}/{r['refused']['n']}  bluffs {b['count']}/{b['n']} ({groups})")
     a = report.get("answers")
     if a:
         click.echo(f"answers {a['configuration']} ({a['generator']}): refused {a['refused']['count']}/{a['in_domain']}"

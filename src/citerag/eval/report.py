@@ -33,6 +33,36 @@ def _calibration_json(c: Calibration) -> dict[str, Any]:
             "sweep": [r.as_json() for r in c.sweep]}
 
 
+def _answered(r: QueryResult, cut: float) -> bool:
+    """The calibrated rule answers when a hit lies under its cut (the gate then keeps up to max_sources)."""
+    return any(d < cut for d in r.distances)
+
+
+def refusal_json(rule: dict[str, Any] | None, answerable: dict[str, QueryResult], ood: dict[str, QueryResult],
+                 queries: list[OodQuery]) -> dict[str, Any] | None:
+    """The calibrated rule of a configuration's index, measured: refusals among the answerable questions and
+    bluffs (answered) among the out-of-domain ones, the near-domain traps, other near and far ones apart."""
+    if rule is None:
+        return None
+    cut = float(rule["threshold"])
+    refused = sum(not _answered(r, cut) for r in answerable.values())
+    groups = {"far": [o for o in queries if o.kind == "far"],
+              "near": [o for o in queries if o.kind != "far" and not o.trap],
+              "traps": [o for o in queries if o.trap]}
+    answered = {o.id for o in queries if o.id in ood and _answered(ood[o.id], cut)}
+    bluffs = {name: {"count": sum(o.id in answered for o in qs), "n": len(qs),
+                     "share": estimate(sum(o.id in answered for o in qs), len(qs)).as_json(),
+                     "answered": sorted(o.id for o in qs if o.id in answered)} for name, qs in groups.items()}
+    return {"threshold": cut, "fitted_at": rule["fitted_at"], "documents": rule["documents"],
+            "synthetic": rule["synthetic"], "synthetic_refused": rule["synthetic_refused"],
+            "bank": rule["bank"], "bank_answered": rule["bank_answered"], "cost_ratio": rule["cost_ratio"],
+            "refused": {"count": refused, "n": len(answerable),
+                        "share": estimate(refused, len(answerable)).as_json(),
+                        "refused": sorted(q for q, r in answerable.items() if not _answered(r, cut))},
+            "bluffs": {"count": len(answered), "n": len(queries),
+                       "share": estimate(len(answered), len(queries)).as_json(), **bluffs}}
+
+
 def build_report(run: Run, questions: list[Question], ood: list[OodQuery], settings: dict[str, Any],
                  cost_ratio: float = 3.0, reference_threshold: float = 0.675, max_sources: int = 4,
                  phrases: list[Question] | None = None) -> dict[str, Any]:
@@ -52,6 +82,8 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
             "destroyed_share": estimate(len(info.destroyed), len(truths)).as_json(),
             "recall_curve": [round(x, 6) for x in recall_curve(ranks, DEPTH)],
             "calibration": _calibration_json(cal),
+            "refusal_rule": refusal_json(run.refusal.get(f"{s.embedder}/{s.strategy}"), run.answerable[s.id],
+                                         run.ood[s.id], ood),
             "rerank_latency": latency(run.latency[s.id]) if s.id in run.latency else None,
             "phrases": ({name: e.as_json() for name, e in
                          summary([r.rank for r in run.phrases[s.id].values()]).items()}
@@ -189,6 +221,29 @@ def phrases_markdown(report: dict[str, Any]) -> list[str]:
             *([_table(["A", "B", *[f"R@{k}" for k in ks], "RR"], pairs), ""] if pairs else [])]
 
 
+def refusal_markdown(report: dict[str, Any]) -> list[str]:
+    """The calibrated rule's section: chosen by `citerag calibrate` on synthetic questions and the bank, never on
+    these questions."""
+    rows = []
+    for c in report["configurations"]:
+        r = c.get("refusal_rule")
+        if not r:
+            continue
+        b = r["bluffs"]
+        rows.append([c["id"], f"{r['threshold']:.3f}", f"{r['synthetic_refused']}/{r['synthetic']}",
+                     f"{r['bank_answered']}/{r['bank']}", f"{r['refused']['count']}/{r['refused']['n']} "
+                     + _est(r["refused"]["share"]), f"{b['count']}/{b['n']} " + _est(b["share"]),
+                     *[f"{b[g]['count']}/{b[g]['n']}" for g in ("near", "traps", "far")]])
+    if not rows:
+        return []
+    return ["## Calibrated refusal rule", "",
+            "Each index's own rule, fitted without a labelled question: synthetic in-domain questions made from "
+            "its chunks against citerag's bank of out-of-domain questions. Refused: answerable questions with no "
+            "hit under the cut; bluffs: out-of-domain questions answered. Wilson 95% intervals.", "",
+            _table(["configuration", "cut", "synthetic refused", "bank answered", "answerable refused",
+                    "OOD answered", "near", "traps", "far"], rows), ""]
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     gt, st = report["ground_truth"], report["settings"]
     out = [f"# citerag evaluation ({report['created']})", "",
@@ -227,6 +282,7 @@ def to_markdown(report: dict[str, Any]) -> str:
                     and c["calibration"]["best_ood"] is not None]), ""]
     if gt.get("phrases"):
         out += phrases_markdown(report)
+    out += refusal_markdown(report)
     cost = [c for c in report["configurations"] if c.get("rerank_latency")]
     if cost:
         out += ["## Rerank cost per query", "",

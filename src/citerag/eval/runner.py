@@ -6,6 +6,7 @@ bytes and stamps are unchanged, so a second run only embeds what changed.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 import time
@@ -83,6 +84,8 @@ class Run:
     latency: dict[str, list[float]] = field(default_factory=dict)  # setup id -> rerank seconds per query
     answers: dict[str, Any] | None = None  # what the `generate` hook returned (answer-level figures)
     phrases: dict[str, dict[str, QueryResult]] = field(default_factory=dict)  # exact-words queries, as answerable
+    # "<embedder>/<strategy>" -> the index's calibrated refusal rule (RefusalRule as a dict; None: too small)
+    refusal: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 def safe_name(name: str) -> str:
@@ -145,6 +148,7 @@ def build_index(app: Citerag, base: Settings, files: Sequence[Path], cache: Path
         report.indexed += retried.indexed
         report.unchanged -= len(retried.indexed)
         report.failed = retried.failed
+    _calibrated(collection, log)
     seconds = time.perf_counter() - started
     log(f"index {embedder}/{strategy}: {len(report.indexed)} embedded, {report.unchanged} reused, "
         f"{len(report.failed)} failed ({seconds:.1f}s)")
@@ -163,6 +167,20 @@ def build_index(app: Citerag, base: Settings, files: Sequence[Path], cache: Path
                      embedded_tokens=sum(tokens), header_tokens=sum(headers),
                      destroyed=destroyed(bodies, questions))
     return info, collection
+
+
+def _calibrated(collection: Collection, log: Callable[[str], None]) -> None:
+    """The index calibrated as any collection is (ingest does it after a change); again when a reused index has
+    no rule, or one fitted on another set of documents (files left out since)."""
+    rule = collection.refusal_rule()
+    indexed = sum(d.status == "indexed" for d in collection.documents())
+    if rule is not None and rule.documents == indexed:
+        return
+    try:
+        rule = collection.calibrate()
+        log(f"refusal rule {collection.name}: {rule.describe()}")
+    except CiteragError as exc:
+        log(f"refusal rule {collection.name}: not calibrated: {exc}")
 
 
 def _result(hits: Sequence[Any], q: Question | OodQuery, collapsed: dict[int, str]) -> QueryResult:
@@ -239,6 +257,8 @@ def _run_all(app: Citerag, base: Settings, run: Run, files: list[Path], question
         for strategy in strategies:
             info, collection = build_index(app, base, files, cache, embedder, strategy, questions, log)
             run.indexes.append(info)
+            rule = collection.refusal_rule()
+            run.refusal[f"{embedder}/{strategy}"] = None if rule is None else dataclasses.asdict(rule)
             chunks, documents = collection.indexed_chunks()
             bodies = {c.id: collapse(chunk_body(c, documents[c.document_id])) for c in chunks}
             t0 = time.perf_counter()

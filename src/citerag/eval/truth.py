@@ -33,16 +33,17 @@ class OodQuery:
     id: str
     kind: str
     query: str
+    trap: bool = False  # a near-domain trap: asked in the corpus' own words, yet not answered by it
 
 
-def _read_jsonl(path: Path, keys: tuple[str, ...]) -> list[dict[str, str]]:
+def _read_jsonl(path: Path, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise CiteragError(f"no such file: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CiteragError(f"cannot read {path}: {exc}") from exc
-    rows: list[dict[str, str]] = []
+    rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -59,7 +60,7 @@ def _read_jsonl(path: Path, keys: tuple[str, ...]) -> list[dict[str, str]]:
         if row["id"] in seen:
             raise CiteragError(f"{path}:{number}: duplicate id {row['id']!r}")
         seen.add(row["id"])
-        rows.append({k: row[k] for k in keys})
+        rows.append({k: row[k] for k in (*keys, *optional) if k in row})
     if not rows:
         raise CiteragError(f"{path} holds no queries")
     return rows
@@ -70,7 +71,8 @@ def load_questions(path: Path) -> list[Question]:
 
 
 def load_ood(path: Path) -> list[OodQuery]:
-    return [OodQuery(**row) for row in _read_jsonl(path, OOD_KEYS)]
+    rows = _read_jsonl(path, OOD_KEYS, optional=("trap",))
+    return [OodQuery(row["id"], row["kind"], row["query"], row.get("trap") is True) for row in rows]
 
 
 def fingerprint(questions: list[Question], ood: list[OodQuery]) -> str:

@@ -147,4 +147,13 @@ class Store(Protocol):
         """Indexed documents of this embedding model, their chunks, vectors and texts, as of one commit."""
         ...
 
+    def refusal_rule(self, encoder: str) -> str | None:
+        """The collection's calibrated refusal rule for this encoder (JSON, citerag.refusal.RefusalRule), or None."""
+        ...
+
+    def save_refusal_rule(self, encoder: str, rule: str) -> None:
+        """Keep `rule` (JSON) as the collection's rule for this encoder, replacing any earlier one. Leaves the
+        generation alone: answer caches key on the rule's cut, not on the generation."""
+        ...
+
     def close(self) -> None: ...

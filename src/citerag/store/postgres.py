@@ -345,6 +345,20 @@ class PostgresStore:
             conn.execute("DELETE FROM documents WHERE collection_id = %s AND id = %s", (self.collection_id, doc_id))
             self._bump(conn, doc_id)
 
+    def refusal_rule(self, encoder: str) -> str | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT rule FROM refusal_rules WHERE collection_id = %s AND encoder = %s",
+                               (self.collection_id, encoder)).fetchone()
+        return None if row is None else json.dumps(row[0])
+
+    def save_refusal_rule(self, encoder: str, rule: str) -> None:
+        json.loads(rule)  # refuse what is not JSON before it reaches the database
+        with self._write() as conn:
+            conn.execute("INSERT INTO refusal_rules (collection_id, encoder, rule, fitted_at)"
+                         " VALUES (%s, %s, %s::jsonb, now()) ON CONFLICT (collection_id, encoder)"
+                         " DO UPDATE SET rule = EXCLUDED.rule, fitted_at = EXCLUDED.fitted_at",
+                         (self.collection_id, encoder, rule))
+
     def drop_collection(self) -> None:
         """Delete the collection and every row of it, search indexes included, in one transaction."""
         with self._write() as conn:

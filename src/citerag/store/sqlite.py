@@ -570,3 +570,12 @@ class SqliteStore:
         vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim) if blobs \
             else np.zeros((0, 0), dtype=np.float32)
         return Snapshot(chunks, docs, vectors, excluded, texts=texts, generation=generation)
+
+    def refusal_rule(self, encoder: str) -> str | None:
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", (f"refusal_rule:{encoder}",))
+        return str(rows[0][0]) if rows else None
+
+    def save_refusal_rule(self, encoder: str, rule: str) -> None:
+        # A key of the meta table (key/value): no schema change, and an older citerag ignores it.
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"refusal_rule:{encoder}", rule))

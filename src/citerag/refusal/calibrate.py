@@ -1,0 +1,88 @@
+"""Fit a collection's refusal rule without a labelled question.
+
+Positives: synthetic in-domain questions made from the collection's chunks (`synthetic.py`). Negatives: the
+shipped bank of general out-of-domain questions (`bank.py`). Each question's best-hit cosine distance under the
+collection's own encoder; the cut minimises  cost_ratio * (bank questions answered) / bank
++ (synthetic questions refused) / synthetic  (rates, so the two sets weigh the same whatever their sizes),
+ties going to fewer bluffs, and of the run of cuts that achieve it, the middle (rounded to 3 decimals): the widest
+margin to the questions either side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+
+from citerag.errors import CiteragError
+from citerag.refusal.bank import load_bank
+from citerag.refusal.rule import RefusalRule
+from citerag.refusal.synthetic import synthetic_questions
+from citerag.types import StoredChunk
+
+COST_RATIO = 3.0  # a bluff (a confident, cited answer to what the corpus does not hold) costs three refusals
+SYNTHETIC = 200
+MIN_SYNTHETIC = 20  # fewer and the cut is noise: the collection keeps the threshold setting
+# A handful of chunks gives many questions that are rewordings of each other: no evidence about real ones.
+MIN_CHUNKS = 20
+SEED = 13
+
+# The best-hit cosine distance of each question (dense, exact): what the collection supplies.
+BestDistances = Callable[[Sequence[str]], list[float]]
+
+
+class TooSmall(CiteragError):
+    """A collection too small to make enough synthetic questions from."""
+
+
+def choose_cut(inside: Sequence[float], outside: Sequence[float], cost_ratio: float = COST_RATIO) -> float:
+    """The cut on best distances (answer when best < cut) minimising cost_ratio * bluff rate + refusal rate."""
+    values = sorted(set(inside) | set(outside))
+    spans = [(values[0] - 0.02, values[0]), *zip(values, values[1:], strict=False), (values[-1], values[-1] + 0.02)]
+    ins, outs = np.asarray(inside), np.asarray(outside)
+
+    def key(t: float) -> tuple[float, int]:
+        bluffs = int((outs < t).sum())
+        return (round(cost_ratio * bluffs / len(outs) + float((ins >= t).mean()), 9), bluffs)
+
+    keys = [key((a + b) / 2) for a, b in spans]
+    first = keys.index(min(keys))
+    last = first
+    while last + 1 < len(keys) and keys[last + 1] == keys[first]:
+        last += 1
+    return round((spans[first][0] + spans[last][1]) / 2, 3)
+
+
+def _summary(values: Sequence[float]) -> list[float]:
+    return [round(float(np.min(values)), 6), round(float(np.median(values)), 6), round(float(np.max(values)), 6)]
+
+
+def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_distances: BestDistances,
+             cost_ratio: float = COST_RATIO, synthetic: int = SYNTHETIC, seed: int = SEED) -> RefusalRule:
+    """The calibrated rule of a collection with these chunks. Raises TooSmall under MIN_CHUNKS chunks or
+    MIN_SYNTHETIC questions."""
+    if len(chunks) < MIN_CHUNKS:
+        raise TooSmall(f"{len(chunks)} chunks are too few to calibrate on (at least {MIN_CHUNKS}): the threshold "
+                       "setting stays in use")
+    questions = [q.query for q in synthetic_questions(chunks, synthetic, seed)]
+    if len(questions) < MIN_SYNTHETIC:
+        raise TooSmall(f"only {len(questions)} synthetic questions could be made from {len(chunks)} chunks "
+                       f"(at least {MIN_SYNTHETIC} are needed): the threshold setting stays in use")
+    bank = [b.query for b in load_bank()]
+    distances = best_distances([*questions, *bank])
+    inside, outside = distances[:len(questions)], distances[len(questions):]
+    cut = choose_cut(inside, outside, cost_ratio)
+    return RefusalRule(threshold=cut, encoder=encoder, fitted_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                       documents=documents, chunks=len(chunks), synthetic=len(inside),
+                       synthetic_refused=sum(d >= cut for d in inside), bank=len(outside),
+                       bank_answered=sum(d < cut for d in outside), cost_ratio=cost_ratio, seed=seed,
+                       synthetic_best=_summary(inside), bank_best=_summary(outside))
+
+
+def needs_refit(rule: RefusalRule | None, documents: int, encoder: str, moved: float = 0.10) -> bool:
+    """The service's policy: fit when there is no rule for this encoder, or the indexed document count moved by
+    more than `moved` (10 %) since it was fitted."""
+    if rule is None or rule.encoder != encoder:
+        return True
+    return abs(documents - rule.documents) > moved * max(rule.documents, 1)

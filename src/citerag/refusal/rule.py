@@ -1,0 +1,60 @@
+"""A collection's calibrated refusal rule: a plain record, saved as JSON with the collection's store.
+
+The rule is a cosine-distance cut chosen per collection and encoder by `citerag.refusal.calibrate`: a question is
+answered when a hit lies under it, from at most `max_sources` such hits, and refused (no model called) otherwise.
+Richer rules (margin between the first hits, the question's words the collection never uses, a logistic
+regression over them) were measured and did not beat the cut; see docs/refusal.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from citerag.search.gate import gate
+from citerag.types import Hit
+
+RULE_VERSION = 1
+
+
+@dataclass
+class RefusalRule:
+    """What `calibrate` chose and the figures it was chosen on (synthetic in-domain questions vs the bank)."""
+
+    threshold: float  # answer only from hits whose cosine distance is under this
+    encoder: str  # the embedding model the distances are of: a rule never serves another
+    fitted_at: str  # ISO 8601, UTC
+    documents: int  # indexed documents when fitted (a service recalibrates when this moves by > 10 %)
+    chunks: int
+    synthetic: int  # synthetic in-domain questions
+    synthetic_refused: int  # of them, refused by the rule
+    bank: int  # out-of-domain bank questions
+    bank_answered: int  # of them, answered by the rule (bluffs)
+    cost_ratio: float  # a bluff costs this many refusals
+    seed: int
+    kind: str = "cut"
+    version: int = RULE_VERSION
+    # Best-hit distances the cut was chosen from, summarised: (min, median, max) of each set.
+    synthetic_best: list[float] = field(default_factory=list)
+    bank_best: list[float] = field(default_factory=list)
+
+    def gate(self, hits: list[Hit], max_sources: int) -> list[Hit]:
+        """The hits an answer may use, rank order; empty means NO ANSWER."""
+        return gate(hits, self.threshold, max_sources)
+
+    def describe(self) -> str:
+        """One line: the cut and its figures on the sets it was fitted on."""
+        return (f"cosine distance < {self.threshold:.3f} (calibrated {self.fitted_at} on {self.documents} documents, "
+                f"{self.encoder}): refuses {self.synthetic_refused}/{self.synthetic} synthetic in-domain questions, "
+                f"answers {self.bank_answered}/{self.bank} out-of-domain bank questions")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | dict[str, Any]) -> RefusalRule:
+        data = json.loads(text) if isinstance(text, str) else dict(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

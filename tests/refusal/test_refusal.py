@@ -1,0 +1,182 @@
+"""The calibrated refusal rule on a real collection: three Debian Reference chapters, the real MiniLM encoder.
+
+Nobody writes a question: ingest fits the rule from synthetic questions and the shipped bank. The dev set's
+questions only judge it here (those whose needle is in these chapters, and its far out-of-domain questions).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from citerag.app import AskOptions, Citerag, Settings, Source
+from citerag.cli import main
+from citerag.refusal import RefusalRule
+from citerag.refusal.bank import load_bank
+from citerag.refusal.calibrate import MIN_SYNTHETIC, TooSmall, choose_cut, needs_refit
+from citerag.refusal.synthetic import synthetic_questions
+from corpus_paths import DEV_CORPUS, DEV_SET
+
+CHAPTERS = ("pr01.en.html", "ch03.en.html", "ch08.en.html")
+
+
+def _jsonl(path: Path) -> list[dict[str, str]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("docs")
+    for name in CHAPTERS:
+        shutil.copy(DEV_CORPUS / name, folder / name)
+    index = tmp_path_factory.mktemp("index")
+    with Citerag.open(Settings(index_dir=index), create=True) as app:
+        report = app.ingest([folder])
+        assert len(report.indexed) == len(CHAPTERS)
+    return index
+
+
+@pytest.fixture()
+def app(index: Path) -> Iterator[Citerag]:
+    with Citerag.open(Settings(index_dir=index)) as opened:
+        yield opened
+
+
+def test_ingest_leaves_a_calibrated_rule_that_a_new_process_reads(app: Citerag) -> None:
+    rule = app.collection().refusal_rule()
+    assert rule is not None and rule.encoder == "all-MiniLM-L6-v2" and rule.documents == len(CHAPTERS)
+    assert rule.synthetic >= MIN_SYNTHETIC and rule.bank == len(load_bank())
+    # The figures are the cut's own on its two sets.
+    assert 0 <= rule.synthetic_refused < rule.synthetic / 2 and 0 <= rule.bank_answered < rule.bank / 10
+    assert rule.synthetic_best[0] <= rule.synthetic_best[1] <= rule.synthetic_best[2]
+    status = app.status().refusal
+    assert status is not None and status.rule == "calibrated" and status.threshold == rule.threshold
+
+
+def test_the_rule_refuses_far_out_of_domain_questions(app: Citerag) -> None:
+    far = [o["query"] for o in _jsonl(DEV_SET / "ood.jsonl") if o["kind"] == "far"]
+    assert len(far) >= 5
+    for question in far:
+        answer = app.ask(question)
+        assert answer.refused, question
+        assert "(calibrated rule)" in answer.answer and answer.best_distance is not None
+        assert answer.threshold == app.collection().refusal_rule().threshold  # type: ignore[union-attr]
+        assert answer.threshold is not None and answer.best_distance >= answer.threshold
+
+
+def test_the_rule_answers_the_dev_questions_these_chapters_hold(app: Citerag) -> None:
+    questions = [q for q in _jsonl(DEV_SET / "questions.jsonl") if q["source"] in CHAPTERS]
+    assert len(questions) >= 8
+    refused = [q["id"] for q in questions if app.ask(q["query"]).refused]
+    # The issue's target is at most 3 refusals in 80 answerable questions; allow one in this handful.
+    assert len(refused) <= 1, refused
+
+
+def test_an_explicit_threshold_or_the_threshold_setting_wins_over_the_calibration(app: Citerag,
+                                                                                   index: Path) -> None:
+    question = "How do I stop my puppy from biting during play?"
+    assert app.ask(question).refused
+    loose = app.ask(question, AskOptions(threshold=1.5))
+    assert not loose.refused and loose.threshold == 1.5
+    with Citerag.open(Settings(index_dir=index, refusal="threshold", threshold=1.5)) as other:
+        status = other.status().refusal
+        assert status is not None and status.rule == "threshold" and status.calibration is not None
+        assert not other.ask(question).refused
+
+
+def test_cli_status_and_calibrate_show_the_rule(index: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(*args: str) -> str:
+        monkeypatch.setattr(sys, "argv", ["citerag", *args])
+        try:
+            main()
+        except SystemExit as exc:
+            assert not exc.code
+        return capsys.readouterr().out
+
+    out = run("calibrate", "--index", str(index), "--json")
+    data = json.loads(out)
+    cut = data["calibration"]["threshold"]
+    assert data["rule"] == "calibrated" and data["threshold"] == cut
+    status = run("status", "--index", str(index))
+    assert f"refusal rule: cosine distance < {cut:.3f} (calibrated " in status
+    assert f"refuses {data['calibration']['synthetic_refused']}/{data['calibration']['synthetic']} synthetic" in status
+    assert json.loads(run("status", "--index", str(index), "--json"))["refusal"]["threshold"] == cut
+
+
+def test_an_upload_leaves_a_new_collection_calibrated(tmp_path: Path) -> None:
+    with Citerag.open(Settings(index_dir=tmp_path / "svc"), create=True) as app:
+        collection = app.collection()
+        assert collection.refusal_rule() is None
+        assert collection.refusal_status(collection.settings).rule == "threshold"
+        data = (DEV_CORPUS / "ch08.en.html").read_bytes()
+        collection.index_document(Source("uploads/ch08.en.html", data))
+        rule = collection.refusal_rule()
+        assert rule is not None and rule.documents == 1
+        # One more document of two is a 100 % move: fitted again.
+        collection.index_document(Source("uploads/pr01.en.html", (DEV_CORPUS / "pr01.en.html").read_bytes()))
+        assert collection.refusal_rule().documents == 2  # type: ignore[union-attr]
+
+
+def test_synthetic_questions_are_seeded_questions_not_copied_sentences(app: Citerag) -> None:
+    chunks, _ = app.collection().indexed_chunks()
+    first, again = synthetic_questions(chunks, 60, seed=5), synthetic_questions(chunks, 60, seed=5)
+    assert first == again and len(first) == 60
+    assert synthetic_questions(chunks, 60, seed=6) != first
+    contents = " ".join(" ".join(c.content.split()) for c in chunks).lower()
+    assert all(q.query.endswith("?") for q in first)
+    # Degraded: words dropped and swapped, so most are no run of the text at all (a short one may be by chance).
+    verbatim = [q.query for q in first if q.query.lower().rstrip("?") in contents]
+    assert len(verbatim) <= len(first) // 5, verbatim
+
+
+def test_rule_json_round_trip() -> None:
+    rule = RefusalRule(threshold=0.561, encoder="all-MiniLM-L6-v2", fitted_at="2024-05-01T10:00:00+00:00",
+                       documents=14, chunks=1343, synthetic=200, synthetic_refused=15, bank=219, bank_answered=8,
+                       cost_ratio=3.0, seed=13, synthetic_best=[0.12, 0.39, 0.76], bank_best=[0.45, 0.76, 0.86])
+    assert RefusalRule.from_json(rule.to_json()) == rule
+    assert RefusalRule.from_json(json.loads(rule.to_json())) == rule  # as a JSONB column hands it back
+    assert RefusalRule.from_json({**json.loads(rule.to_json()), "added_later": 1}) == rule
+
+
+def test_choose_cut_weighs_a_bluff_as_three_refusals() -> None:
+    inside, outside = [0.2, 0.3, 0.4, 0.5], [0.6, 0.7, 0.8]
+    assert choose_cut(inside, outside) == 0.55  # the middle of the clean gap
+    # One bank question among the in-domain ones: answering it costs 3/4, refusing the in-domain
+    # question above it 1/4: the cut goes below both.
+    outside = [0.35, 0.6, 0.7, 0.8]
+    cut = choose_cut(inside, outside)
+    assert 0.3 < cut < 0.35
+
+
+def test_the_upload_policy_refits_on_a_move_of_more_than_ten_percent() -> None:
+    rule = RefusalRule.from_json({"threshold": 0.5, "encoder": "m", "fitted_at": "", "documents": 100, "chunks": 1,
+                                  "synthetic": 1, "synthetic_refused": 0, "bank": 1, "bank_answered": 0,
+                                  "cost_ratio": 3.0, "seed": 1})
+    assert needs_refit(None, 5, "m") and needs_refit(rule, 100, "other-model")
+    assert not needs_refit(rule, 110, "m") and not needs_refit(rule, 90, "m")
+    assert needs_refit(rule, 111, "m") and needs_refit(rule, 89, "m")
+
+
+def test_the_bank_is_distinct_from_the_dev_sets_out_of_domain_questions() -> None:
+    bank = {b.query.lower() for b in load_bank()}
+    assert len(bank) == len(load_bank()) >= 200
+    assert not bank & {o["query"].lower() for o in _jsonl(DEV_SET / "ood.jsonl")}
+
+
+def test_a_collection_too_small_to_calibrate_keeps_the_threshold(tmp_path: Path) -> None:
+    text = (DEV_SET.parent.parent / "tests" / "data" / "markdown" / "debian-reference" / "ch01.md").read_text()
+    with Citerag.open(Settings(index_dir=tmp_path / "tiny"), create=True) as app:
+        collection = app.collection()
+        collection.index_document(Source("notes/intro.md", text[:3000].encode()))
+        assert collection.refusal_rule() is None
+        assert isinstance(collection.last_calibration, TooSmall)
+        status = collection.refusal_status(collection.settings)
+        assert status.rule == "threshold" and status.threshold == 0.675 and "no calibration" in status.reason
+        refused = collection.ask("How do I stop my puppy from biting during play?")
+        assert refused.refused and "(calibrated rule)" not in refused.answer and refused.threshold == 0.675
