@@ -94,8 +94,8 @@ def test_explicit_config_file_replaces_the_index_one(tmp_path: Path, monkeypatch
 
 @pytest.mark.parametrize(("line", "expected"), [
     ('threshold = "abc"', "threshold = 'abc': expected a number"),
-    ("strategy = 5", "strategy = 5: expected one of A, B, C, D, E, F"),
-    ('strategy = "e"', "strategy = 'e': expected one of A, B, C, D, E, F"),
+    ("strategy = 5", "strategy = 5: expected one of A, B, C, D, E, F, G"),
+    ('strategy = "e"', "strategy = 'e': expected one of A, B, C, D, E, F, G"),
     ('target = "abc"', "target = 'abc': expected a whole number"),
     ('max_file_mb = "x"', "max_file_mb = 'x': expected a number"),
     ("overlap = 600", "overlap = 600: overlap must be less than target (512)"),

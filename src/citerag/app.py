@@ -785,11 +785,15 @@ def extract_file(path: Path, title: str | None = None) -> Extracted:
     return extractor.extract(data, path, title=title)
 
 
-def chunk_file(path: Path, strategy: str, target: int, overlap: int, title: str | None = None) -> list[Chunk]:
-    """How one file is cut under a strategy: what `citerag chunk` shows."""
+def chunk_file(path: Path, strategy: str, target: int, overlap: int, title: str | None = None,
+               embedding_model: str = "all-MiniLM-L6-v2", percentile: float = 95.0) -> list[Chunk]:
+    """How one file is cut under a strategy: what `citerag chunk` shows. `embedding_model` is loaded only for
+    a strategy that embeds sentences to cut (G)."""
     from citerag.chunk import chunk_extracted
+    from citerag.embed import load_encoder
 
-    return chunk_extracted(extract_file(path, title=title or path.stem), strategy, target, overlap)
+    return chunk_extracted(extract_file(path, title=title or path.stem), strategy, target, overlap,
+                           embed=lambda texts: load_encoder(embedding_model).encode(texts), percentile=percentile)
 
 
 __all__ = ["MODES", "Accepted", "AskOptions", "Citerag", "EmptyCollection",

@@ -82,7 +82,7 @@ def cli() -> None:
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @index_option
-@click.option("--strategy", type=click.Choice(list("ABCDEF")), default=None, help="Chunking strategy (default E).")
+@click.option("--strategy", type=click.Choice(list("ABCDEFG")), default=None, help="Chunking strategy (default E).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def ingest(paths: tuple[Path, ...], index: str | None, strategy: str | None, as_json: bool) -> None:
     """Index files and folders; re-running touches only what changed and drops what is gone."""
@@ -214,7 +214,7 @@ def search(query: str, index: str | None, mode: str | None, k: int | None, reran
 
 @cli.command()
 @click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--strategy", type=click.Choice(list("ABCDEF")), default="E", show_default=True)
+@click.option("--strategy", type=click.Choice(list("ABCDEFG")), default="E", show_default=True)
 @click.option("--title", default=None, help="Document title for the header (default: file name without extension).")
 @click.option("--target", type=click.IntRange(16, 100000), default=512, show_default=True)
 @click.option("--overlap", type=click.IntRange(0, 10000), default=64, show_default=True)

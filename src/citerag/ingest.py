@@ -162,7 +162,7 @@ class Indexer:
             "extractor_version": extractor.version if extractor else "0",
             "pipeline_version": PIPELINE_VERSION,
             "strategy": s.strategy,
-            "strategy_params": strategy_params(s.strategy, s.target, s.overlap),
+            "strategy_params": strategy_params(s.strategy, s.target, s.overlap, s.semantic_percentile),
             "embedding_model": s.embedding_model,
         }
 
@@ -324,7 +324,10 @@ class Indexer:
                                  "citerag.extract.warnings": len(extracted.warnings)})
         s = self.settings
         with tracer.start_as_current_span("citerag.chunk") as span:
-            chunks = chunk_extracted(extracted, s.strategy, s.target, s.overlap)
+            # Strategy G embeds sentences to place its cuts; the encoder is loaded only if it does.
+            chunks = chunk_extracted(extracted, s.strategy, s.target, s.overlap,
+                                     embed=lambda texts: self._encoder().encode(texts),
+                                     percentile=s.semantic_percentile)
             span.set_attributes({"citerag.strategy": s.strategy, "citerag.chunks.count": len(chunks),
                                  "citerag.chunks.starts": [c.start for c in chunks],
                                  "citerag.chunks.ends": [c.end for c in chunks]})

@@ -25,9 +25,9 @@ ENV_PREFIX = "CITERAG_"
 
 _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k", "max_file_mb", "rerank_shortlist",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
-                  "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep",
+                  "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep", "semantic_percentile",
                   "queue_attempts", "queue_lease_s")
-_CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F"), "mode": ("dense", "bm25", "hybrid", "adaptive"),
+_CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F", "G"), "mode": ("dense", "bm25", "hybrid", "adaptive"),
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw")}
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 # user:password@ up to the last @ before the path: a password may hold an unescaped @ (libpq accepts it).
@@ -56,10 +56,12 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     index_dir: Path = Path(DEFAULT_INDEX)
-    strategy: str = "E"  # one of A-F; str, not Literal, so callers can pass a plain str
+    strategy: str = "E"  # one of A-G; str, not Literal, so callers can pass a plain str
     target: int = Field(default=512, ge=16)
-    # Used only by the overlap strategies (B, D, F); < target, checked even as the default (target may shrink).
+    # Used only by the overlap strategies (B, D, F, G); < target, checked even as the default (target may shrink).
     overlap: int = Field(default=64, ge=0, validate_default=True)
+    # Strategy G only: cut between consecutive sentences whose distance exceeds this percentile of the document's.
+    semantic_percentile: float = Field(default=95.0, gt=0, le=100)
     embedding_model: str = Field(default="all-MiniLM-L6-v2", min_length=1)
     # Cosine distance under which a hit may be used; 0.675 until the evaluation calibrates it.
     threshold: float = Field(default=0.675, gt=0, le=2)

@@ -9,8 +9,8 @@ from citerag.settings import Settings
 
 # What an API client may set on a collection it creates: retrieval and the refusal rule. Not the generator's
 # endpoint or model path: those are the operator's (a client could otherwise point the server at any host).
-CLIENT_SETTINGS = ("threshold", "max_sources", "mode", "k", "rrf_k", "strategy", "target", "overlap",
-                   "vector_index")
+CLIENT_SETTINGS = ("threshold", "refusal", "max_sources", "mode", "k", "rrf_k", "strategy", "target", "overlap",
+                   "semantic_percentile", "vector_index")
 
 
 class Catalog(Protocol):

@@ -51,3 +51,15 @@ def boundary_ranges(text: str, start: int, end: int, target: int) -> Iterator[tu
         open_ = (open_[0], pt) if open_ else (pf, pt)
     if open_:
         yield from emit(*open_)
+
+
+def sentence_ranges(text: str, start: int, end: int) -> Iterator[list[tuple[int, int]]]:
+    """The trimmed, non-blank sentence ranges of [start, end), one list per paragraph: the units the
+    rule above falls back to inside an over-long paragraph, for any paragraph."""
+    body = text[start:end]
+    for m in _PARAGRAPH.finditer(body):
+        ranges = [trimmed_range(text, start + sm.start(), start + sm.end())
+                  for sm in _SENTENCE.finditer(body, m.start(), m.end()) if sm.group()]
+        found = [r for r in ranges if r]
+        if found:
+            yield found

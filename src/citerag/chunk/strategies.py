@@ -1,4 +1,4 @@
-"""Strategies A-F, named exactly as measured: a cutting rule, a contextual header, an overlap.
+"""Strategies A-G, named exactly as measured: a cutting rule, a contextual header, an overlap.
 
 | id | cuts                 | header | overlap |
 | A  | blind, every target  | no     | no      |
@@ -7,6 +7,10 @@
 | D  | boundaries           | no     | yes     |
 | E  | boundaries           | yes    | no      |
 | F  | boundaries           | yes    | yes     |
+| G  | semantic (sentences) | yes    | yes     |
+
+G cuts where consecutive sentences' embeddings drift apart (semantic.py); it needs the collection's
+encoder as `embed`, and its percentile is one of the parameters the document stamp records.
 
 A section may carry a `prefix` (a spreadsheet's header row): it follows the header in `text` for every
 strategy and never enters `content`; prose sections have none, so their chunks are unaffected.
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 
 from citerag.chunk.blind import blind_ranges
 from citerag.chunk.boundaries import boundary_ranges
+from citerag.chunk.semantic import DEFAULT_PERCENTILE, Embed, semantic_ranges
 from citerag.errors import CiteragError
 from citerag.text import js_trim
 from citerag.types import Chunk, Extracted, Section
@@ -33,7 +38,7 @@ Cutter = Callable[[str, int, int, int], Iterator[tuple[int, int]]]
 @dataclass(frozen=True)
 class Strategy:
     id: str
-    cutter: Cutter
+    cutter: Cutter | None  # None: the semantic cutter, which sees the whole document at once
     blind: bool
     header: bool
     overlap: bool
@@ -46,31 +51,45 @@ STRATEGIES = {
     "D": Strategy("D", boundary_ranges, blind=False, header=False, overlap=True),
     "E": Strategy("E", boundary_ranges, blind=False, header=True, overlap=False),
     "F": Strategy("F", boundary_ranges, blind=False, header=True, overlap=True),
+    "G": Strategy("G", None, blind=False, header=True, overlap=True),
 }
 
 
-def strategy_params(strategy: str, target: int, overlap: int) -> dict[str, int]:
+def strategy_params(strategy: str, target: int, overlap: int,
+                    percentile: float = DEFAULT_PERCENTILE) -> dict[str, int | float]:
     """The parameters that change a strategy's output: what the document stamp records."""
-    return {"target": target, "overlap": overlap if STRATEGIES[strategy].overlap else 0}
+    params: dict[str, int | float] = {"target": target, "overlap": overlap if STRATEGIES[strategy].overlap else 0}
+    if STRATEGIES[strategy].cutter is None:
+        params["percentile"] = percentile
+    return params
 
 
 def header_for(title: str, section: str) -> str:
     return f"{title} > {section}" if section else title
 
 
-def chunk_extracted(ext: Extracted, strategy: str = "E", target: int = 512, overlap: int = 64) -> list[Chunk]:
+def chunk_extracted(ext: Extracted, strategy: str = "E", target: int = 512, overlap: int = 64, *,
+                    embed: Embed | None = None, percentile: float = DEFAULT_PERCENTILE) -> list[Chunk]:
+    """`embed` (texts -> unit vectors, the collection's encoder) is needed by G only; `percentile` is G's."""
     try:
         rule = STRATEGIES[strategy]
     except KeyError:
-        raise CiteragError(f"unknown strategy {strategy!r}: choose one of A, B, C, D, E, F") from None
+        raise CiteragError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}") from None
     text = ext.text
     # Blind cuts see the whole text as one span; the others cut each section's body.
     spans: list[tuple[Section, int]] = (
         [(Section("", 0, 0, len(text)), 0)] if rule.blind else [(s, s.body_start) for s in ext.sections])
+    if rule.cutter is None:
+        if embed is None:
+            raise CiteragError(f"strategy {strategy} cuts on sentence embeddings: it needs the collection's "
+                               "encoder (embed)")
+        ranges = semantic_ranges(text, [(lo, span.end) for span, lo in spans], target, percentile, embed)
+    else:
+        ranges = [list(rule.cutter(text, lo, span.end, target)) for span, lo in spans]
     starts = [s.start for s in ext.sections]
     chunks = []
-    for span, lo in spans:
-        for a, b in rule.cutter(text, lo, span.end, target):
+    for (span, lo), cuts in zip(spans, ranges, strict=True):
+        for a, b in cuts:
             owner = ext.sections[bisect.bisect_right(starts, a) - 1] if rule.blind and ext.sections else span
             content = text[a:b]
             lead = ""

@@ -143,7 +143,7 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
         raise CiteragError("--judge needs an LLM: pass --generator llama or --generator openai "
                            "(the extractive generator cannot judge)")
     base = _load_report(baseline) if baseline else None  # fail fast, before hours of embedding
-    strategy_list = parse_list(strategies, list("ABCDEF"), "strategy")
+    strategy_list = parse_list(strategies, list("ABCDEFG"), "strategy")
     retriever_list = parse_list(retrievers, list(MODES), "retriever")
     embedder_list = parse_list(embedders, None, "embedder")
     qs = load_questions(questions)

@@ -15,13 +15,15 @@ class _Body(BaseModel):
 
 class CollectionSettings(_Body):
     threshold: float | None = Field(default=None, gt=0, le=2)
+    refusal: Literal["calibrated", "threshold"] | None = None
     max_sources: int | None = Field(default=None, ge=1, le=20)
     mode: Literal["dense", "bm25", "hybrid", "adaptive"] | None = None
     k: int | None = Field(default=None, ge=1, le=1000)
     rrf_k: int | None = Field(default=None, ge=1, le=10000)
-    strategy: Literal["A", "B", "C", "D", "E", "F"] | None = None
+    strategy: Literal["A", "B", "C", "D", "E", "F", "G"] | None = None
     target: int | None = Field(default=None, ge=16, le=100000)
     overlap: int | None = Field(default=None, ge=0, le=100000)
+    semantic_percentile: float | None = Field(default=None, gt=0, le=100)
     vector_index: Literal["exact", "hnsw"] | None = None
 
 
