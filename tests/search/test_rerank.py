@@ -88,8 +88,8 @@ def test_the_trained_reranker_loads_and_runs_offline_in_a_fresh_process(model_di
 def test_a_trained_folder_is_read_at_the_length_it_was_trained_at(model_dir: Path) -> None:
     # Trained on 128-token pairs: scoring at 256 would show it passage text it never learned from.
     assert CrossEncoderReranker(str(model_dir)).max_length == 128
-    assert CrossEncoderReranker(str(model_dir))._model.max_length == 128
-    assert CrossEncoderReranker(str(model_dir), max_length=256)._model.max_length == 256
+    assert CrossEncoderReranker(str(model_dir))._model.max_seq_length == 128
+    assert CrossEncoderReranker(str(model_dir), max_length=256)._model.max_seq_length == 256
     long_passage = " ".join(["The popcon number counts votes."] * 60)
     at_128 = CrossEncoderReranker(str(model_dir)).score(QUERY, [long_passage])
     at_256 = CrossEncoderReranker(str(model_dir), max_length=256).score(QUERY, [long_passage])
