@@ -22,6 +22,8 @@ Measured on the Debian Reference dev set (defaults, 3000 pairs, ~4 minutes on 2 
 learns its own task (held-out synthetic groups: top-1 0.89 of 4) but does not transfer to real questions:
 reranking the hybrid top 25 gave R@1 0.35 and MRR@20 0.47 against 0.66 and 0.74 without it, at about one
 second per query. Keep reranking off unless a real cross-encoder (e.g. MS MARCO-trained) is at hand.
+(That run read the model at 256 tokens; a folder is now read at the length it was trained at. Re-measured
+on dense's top 20 with 1500 pairs, it still loses to dense E: docs/second-stage.md.)
 """
 
 from __future__ import annotations
