@@ -46,7 +46,7 @@ def minilm() -> Encoder:
 def chunks() -> list[StoredChunk]:
     """Strategy-E chunks of two real chapters, as the indexer would store them."""
     out: list[StoredChunk] = []
-    for name in ("pr01.en.html", "ch09.en.html"):
+    for name in ("pr01.en.html", "apa.en.html"):
         for c in chunk_extracted(extract_file(DEV_CORPUS / name), "E"):
             out.append(StoredChunk(len(out) + 1, 1, len(out), c.text, c.content, c.section, c.start, c.end))
     return out
