@@ -18,7 +18,7 @@ from citerag.app import Citerag, SearchOptions, Settings
 from citerag.cli import cli
 from citerag.errors import CiteragError
 from citerag.search.rerank import CrossEncoderReranker, TimedReranker, load_reranker, rerank
-from citerag.search.train_reranker import META_NAME, TrainSettings, make_groups
+from citerag.search.train_reranker import _WH, META_NAME, TrainSettings, make_groups
 
 QUERY = "How is the popcon V: figure next to each package calculated?"
 
@@ -85,6 +85,17 @@ def test_the_trained_reranker_loads_and_runs_offline_in_a_fresh_process(model_di
     assert fresh == pytest.approx(here, abs=1e-5)
 
 
+def test_a_trained_folder_is_read_at_the_length_it_was_trained_at(model_dir: Path) -> None:
+    # Trained on 128-token pairs: scoring at 256 would show it passage text it never learned from.
+    assert CrossEncoderReranker(str(model_dir)).max_length == 128
+    assert CrossEncoderReranker(str(model_dir))._model.max_seq_length == 128
+    assert CrossEncoderReranker(str(model_dir), max_length=256)._model.max_seq_length == 256
+    long_passage = " ".join(["The popcon number counts votes."] * 60)
+    at_128 = CrossEncoderReranker(str(model_dir)).score(QUERY, [long_passage])
+    at_256 = CrossEncoderReranker(str(model_dir), max_length=256).score(QUERY, [long_passage])
+    assert at_128 != pytest.approx(at_256, abs=1e-6)  # the length does change what the model reads
+
+
 class OverlapReranker:
     """A real (if crude) reranker: shared query words per passage. Used to pin down ordering rules."""
 
@@ -141,6 +152,16 @@ def test_training_groups_come_from_the_corpus_alone(index) -> None:  # type: ign
         assert all(g.query not in flat(p.split()) for p in g.passages[1:])
     # Cut from the positive, unless almost nothing would be left of it (then it stays).
     assert sum(g.query not in flat(g.passages[0].split()) for g in groups) >= 15
+
+    # Question-shaped: an opener from _WH, then content words of a sentence of the positive, ending in "?".
+    groups = make_groups(chunks, 20, TrainSettings(query_style="question"), random.Random(3))
+    for g in groups:
+        opener = next(w for w in _WH if g.query.startswith(w + " "))
+        assert g.query.endswith("?") and g.passages[0] == by_id[g.chunk_id].text
+        source = by_id[g.chunk_id]
+        words = g.query[len(opener):-1].split()
+        assert words and all(w.rstrip(":").lower() in (source.content + " " + source.section).lower()
+                             for w in words), g.query
 
 
 def test_search_and_ask_take_the_rerank_stage(index, model_dir: Path) -> None:  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ Hugging Face cache. Nothing is fetched from a hub at run time.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import replace
@@ -25,6 +26,8 @@ from citerag.errors import CiteragError
 from citerag.types import Hit
 
 DEFAULT_SHORTLIST = 25
+DEFAULT_MAX_LENGTH = 256
+META_NAME = "citerag_reranker.json"  # written by `citerag train-reranker` beside the model
 
 
 class Reranker(Protocol):
@@ -70,11 +73,27 @@ def resolve_model(name: str) -> str:
     return name  # a hub id: loaded with local_files_only, so only from the local cache
 
 
-class CrossEncoderReranker:
-    """A sentence-transformers CrossEncoder on the CPU, loaded offline."""
+def trained_max_length(source: str) -> int | None:
+    """The max_length a `citerag train-reranker` folder was trained at (from its metadata), else None."""
+    meta = Path(source) / META_NAME
+    try:
+        value = json.loads(meta.read_text(encoding="utf-8"))["settings"]["max_length"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
-    def __init__(self, name: str, max_length: int = 256, batch_size: int = 32) -> None:
+
+class CrossEncoderReranker:
+    """A sentence-transformers CrossEncoder on the CPU, loaded offline.
+
+    `max_length` None: the length the folder was trained at when it says (a model trained on 128-token pairs
+    and read at 256 sees text it never learned from: the second half of every passage), else 256."""
+
+    def __init__(self, name: str, max_length: int | None = None, batch_size: int = 32) -> None:
         source = resolve_model(name)
+        if max_length is None:
+            max_length = trained_max_length(source) or DEFAULT_MAX_LENGTH
+        self.max_length = max_length
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

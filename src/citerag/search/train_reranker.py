@@ -22,6 +22,8 @@ Measured on the Debian Reference dev set (defaults, 3000 pairs, ~4 minutes on 2 
 learns its own task (held-out synthetic groups: top-1 0.89 of 4) but does not transfer to real questions:
 reranking the hybrid top 25 gave R@1 0.35 and MRR@20 0.47 against 0.66 and 0.74 without it, at about one
 second per query. Keep reranking off unless a real cross-encoder (e.g. MS MARCO-trained) is at hand.
+(That run read the model at 256 tokens; a folder is now read at the length it was trained at. Re-measured
+on dense's top 20 with 1500 pairs, it still loses to dense E: docs/second-stage.md.)
 """
 
 from __future__ import annotations
@@ -41,11 +43,11 @@ import numpy as np
 
 from citerag.errors import CiteragError
 from citerag.search.bm25 import BM25
+from citerag.search.rerank import META_NAME
 from citerag.text import collapse
 from citerag.types import StoredChunk
 
 _SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)", re.M)
-META_NAME = "citerag_reranker.json"
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class TrainSettings:
     random_negatives: int = 1
     keep_sentence: float = 1.0
     drop_words: float = 0.25
+    # "sentence": the sampled sentence, words dropped (what the dev questions do not look like);
+    # "question": a question made from its section heading and some of its content words (question_from).
+    query_style: str = "sentence"
     # Short sequences and small batches: many more optimiser steps for the same CPU time. Measured on the
     # dev corpus (3000 pairs): 256 tokens x 8 groups learned almost nothing in 94 steps (held-out top-1
     # 0.51 of 4); 128 x 4 reached 0.93 in 188 steps, in less time.
@@ -111,6 +116,25 @@ def sentence_spans(content: str, min_words: int = 6, max_words: int = 40) -> lis
     return out
 
 
+_WH = ("How do I", "How can I", "What is", "What does", "Why does", "When should I", "Where is", "Which")
+
+
+def question_from(sentence: str, section: str, rng: random.Random, keep: float = 0.6) -> str:
+    """A question-shaped query for a sentence: a question opener, sometimes the section heading's topic, and
+    about `keep` of the sentence's content words in order. The dev questions paraphrase the answer's
+    sentence around a few of its content words; a word-dropped declarative sentence does not read like that."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    content = [w.strip(".,;:()\"'") for w in sentence.split()]
+    content = [w for w in content if w and w.lower() not in ENGLISH_STOP_WORDS]
+    kept = [w for w in content if rng.random() < keep] or content[:3]
+    topic = re.sub(r"^[\d.\s]+", "", section).strip()
+    parts = [rng.choice(_WH)]
+    if topic and rng.random() < 0.5:
+        parts.append(f"{topic.lower()}:")
+    return " ".join(parts + kept[:14]) + "?"
+
+
 def make_groups(chunks: list[StoredChunk], n_groups: int, settings: TrainSettings,
                 rng: random.Random) -> list[Group]:
     """Up to `n_groups` training groups; chunks are drawn without replacement while they last."""
@@ -135,9 +159,12 @@ def make_groups(chunks: list[StoredChunk], n_groups: int, settings: TrainSetting
         raw = chunks[i].content[a:b]
         query = collapse(raw)
         words = query.split()
-        kept = [w for w in words if rng.random() >= settings.drop_words]
-        if len(kept) >= 4:
-            query = " ".join(kept)
+        if settings.query_style == "question":
+            query = question_from(query, chunks[i].section, rng)
+        else:
+            kept = [w for w in words if rng.random() >= settings.drop_words]
+            if len(kept) >= 4:
+                query = " ".join(kept)
         if rng.random() < settings.keep_sentence:
             positive = texts[i]
         else:
