@@ -452,7 +452,7 @@ class Collection:
     def _recalibrate(self, always: bool) -> None:
         """After a write: fit the rule again (always, or when citerag.refusal.calibrate.needs_refit says). A
         collection too small to calibrate, or a failure, keeps the rule it had; the write itself stands."""
-        from citerag.refusal.calibrate import needs_refit
+        from citerag.refusal.calibrate import TooSmall, needs_refit
 
         try:
             if not always:
@@ -462,7 +462,9 @@ class Collection:
             self.calibrate()
         except CiteragError as exc:
             self.last_calibration = exc
-            log.warning("refusal rule not calibrated: %s", exc)
+            # A small collection keeping the threshold is expected, not a fault (the CLI says so in its report).
+            log.log(logging.INFO if isinstance(exc, TooSmall) else logging.WARNING,
+                    "refusal rule not calibrated: %s", exc)
 
     def delete(self, document_id: int) -> None:
         if self.store.document(document_id) is None:
