@@ -249,6 +249,7 @@ def test_collections_are_created_with_their_own_threshold_and_deleted(deployment
     with deployment.server.client(deployment.admin) as c:
         created = c.post("/v1/collections", json={"name": "strict", "settings": {"threshold": 0.2, "mode": "hybrid"}})
         assert created.status_code == 201 and created.json()["settings"]["threshold"] == 0.2
+        assert created.json()["refusal"]["rule"] == "threshold"  # set explicitly: it wins over calibration
         assert c.post("/v1/collections", json={"name": "strict"}).status_code == 409
         up = c.post("/v1/collections/strict/documents",
                     files=[("files", ("ch03.en.html", MIXED[0].read_bytes()))]).json()["documents"]
@@ -265,6 +266,24 @@ def test_collections_are_created_with_their_own_threshold_and_deleted(deployment
             assert old.get("/v1/collections/strict").status_code == 401
         assert c.delete("/v1/collections/strict").status_code == 204
         assert c.delete("/v1/collections/default").status_code == 409  # the home collection is the index folder
+
+
+def test_a_new_collection_is_calibrated_by_its_first_uploads(deployment: Deployment) -> None:
+    with deployment.server.client(deployment.admin) as c:
+        created = c.post("/v1/collections", json={"name": "fresh"}).json()
+        assert created["refusal"]["rule"] == "threshold" and created["refusal"]["calibration"] is None
+        up = c.post("/v1/collections/fresh/documents",
+                    files=[("files", ("ch03.en.html", MIXED[0].read_bytes()))]).json()["documents"]
+        wait_settled(c, "fresh", [up[0]["id"]])
+        refusal = c.get("/v1/collections/fresh").json()["refusal"]
+        fit = refusal["calibration"]
+        assert refusal["rule"] == "calibrated" and refusal["threshold"] == fit["threshold"]
+        assert fit["documents"] == 1 and fit["synthetic"] > 0 and fit["bank"] > 0
+        bread = c.post("/v1/collections/fresh/ask", json={"question": "How do I bake sourdough bread?"}).json()
+        assert bread["refused"] and bread["refusal"]["threshold"] == fit["threshold"]
+        question = next(q for q in QUESTIONS if q["id"] == "dr-12-ticket")["query"]
+        assert not c.post("/v1/collections/fresh/ask", json={"question": question}).json()["refused"]
+        assert c.delete("/v1/collections/fresh").status_code == 204
 
 
 def test_upload_limits_give_413(tmp_path: Path) -> None:

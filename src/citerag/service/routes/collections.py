@@ -20,8 +20,11 @@ router = APIRouter(prefix="/v1/collections", tags=["collections"])
 
 def collection_json(collection: Collection) -> dict[str, Any]:
     s = collection.settings
-    return {"name": collection.name, "counts": collection.status().counts,
-            "settings": {key: getattr(s, key) for key in (*CLIENT_SETTINGS, "embedding_model", "generator")}}
+    status = collection.status()
+    return {"name": collection.name, "counts": status.counts,
+            "settings": {key: getattr(s, key) for key in (*CLIENT_SETTINGS, "embedding_model", "generator")},
+            # Which rule refuses questions here: the calibrated cut (with its fit) or the threshold, and why.
+            "refusal": status.refusal.as_json() if status.refusal else None}
 
 
 @router.get("")
