@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from citerag import PIPELINE_VERSION
+from citerag import PIPELINE_VERSION, lang
 from citerag.chunk import chunk_extracted, strategy_params
 from citerag.embed import Encoder
 from citerag.errors import CiteragError, ExtractionError, StoreUnavailable, Superseded
@@ -27,9 +27,9 @@ from citerag.store import ChunkStats, Store
 from citerag.trace import OPERATION, tracer
 from citerag.types import Document
 
-# Stamps that follow from others (the dimension follows from the model) are recorded but not compared,
-# so staleness can be decided without loading a model.
-DERIVED_STAMPS = {"embedding_dim"}
+# Stamps that follow from others (the dimension follows from the model) or from the bytes (the language
+# detected in the text) are recorded but not compared, so staleness is decided without loading a model.
+DERIVED_STAMPS = {"embedding_dim", "language"}
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 UploadReader = Callable[[Document], "bytes | None"]  # an uploaded document's stored original (citerag.originals)
@@ -319,9 +319,11 @@ class Indexer:
                                   f"(supported: {' '.join(supported_suffixes())})")
         with tracer.start_as_current_span("citerag.extract") as span:
             extracted = extractor.extract(source.data, name)
+            language = lang.detect(extracted.text)
             span.set_attributes({"citerag.extractor": extractor.name, "citerag.extract.chars": len(extracted.text),
                                  "citerag.extract.sections": len(extracted.sections),
-                                 "citerag.extract.warnings": len(extracted.warnings)})
+                                 "citerag.extract.warnings": len(extracted.warnings),
+                                 "citerag.language": language})
         s = self.settings
         with tracer.start_as_current_span("citerag.chunk") as span:
             # Strategy G embeds sentences to place its cuts; the encoder is loaded only if it does.
@@ -344,7 +346,7 @@ class Indexer:
             span.set_attributes({"citerag.embedding_model": s.embedding_model, "citerag.embed.count": len(chunks),
                                  "citerag.embed.tokens": tokens,
                                  "citerag.embed.over_window": sum(t > encoder.max_tokens for t in tokens)})
-        stamps = {**stamps, "embedding_dim": encoder.dim}
+        stamps = {**stamps, "embedding_dim": encoder.dim, "language": language}
         # One transaction replaces the old version: readers see it whole before or whole after.
         with tracer.start_as_current_span("citerag.store") as span:
             self.store.save_indexed(doc_id, title=extracted.title, sha256=sha, stamps=stamps,
