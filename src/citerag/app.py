@@ -62,7 +62,8 @@ from citerag.types import Answer, Chunk, Document, Extracted, Hit, SearchResult,
 
 # What a generator is built from: two collections that agree on these share one (a local LLM loads once).
 # What a retrieval's result depends on besides the store's generation; an answer also on the gate and the generator.
-_RETRIEVAL_SETTINGS = {"mode", "k", "rrf_k", "rerank_model", "rerank_shortlist", "embedding_model", "vector_index"}
+_RETRIEVAL_SETTINGS = {"mode", "k", "rrf_k", "rerank_model", "rerank_shortlist", "embedding_model", "vector_index",
+                      "lexical"}
 _ANSWER_SETTINGS = {"threshold", "max_sources", "refusal"}  # | _GENERATOR_SETTINGS, added below
 _GENERATOR_SETTINGS = {"generator", "embedding_model", "llm_model_path", "llm_context", "llm_max_tokens",
                        "llm_temperature", "openai_base_url", "openai_model", "openai_api_key_env", "openai_stream",
@@ -156,7 +157,7 @@ def check_text(text: str, what: str) -> str:
 
 def _open_store(settings: Settings, create: bool) -> Store:
     return open_store_url(settings.store_url, create=create, collection=settings.collection,
-                          read_url=settings.store_read_url)
+                          read_url=settings.store_read_url, lexical=settings.lexical)
 
 
 class EmptyCollection(CiteragError):

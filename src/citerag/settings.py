@@ -28,7 +28,8 @@ _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k",
                   "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep", "semantic_percentile",
                   "queue_attempts", "queue_lease_s")
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F", "G"), "mode": ("dense", "bm25", "hybrid", "adaptive"),
-            "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw")}
+            "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw"),
+            "lexical": ("reference", "stemmed")}
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 # user:password@ up to the last @ before the path: a password may hold an unescaped @ (libpq accepts it).
 _PASSWORD_IN_URL = re.compile(r"(://[^/@:]*:)[^/]*@")
@@ -78,6 +79,10 @@ class Settings(BaseModel):
     # Dense search: exact (a scan of every vector; what the evaluation's baseline measures) or hnsw (approximate,
     # for large collections; see docs/performance.md for its recall against exact).
     vector_index: str = "exact"
+    # The lexical index's (BM25, exact words) tokenisation: "reference" ([a-z0-9]+ of the lower-cased text, the
+    # published reference's scores) or "stemmed" (Unicode words stemmed per language; citerag.search.analyzer).
+    # An index built with one is rebuilt (embedded store) or refused (PostgreSQL) under the other.
+    lexical: str = "reference"
     max_file_mb: float = Field(default=50.0, gt=0)
     # Rerank stage: a local cross-encoder folder (or a model id in the local HF cache); empty = off.
     rerank_model: str = ""

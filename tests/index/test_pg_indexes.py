@@ -320,3 +320,26 @@ class TestPgBm25(PgBm25Case):
             np.testing.assert_allclose(scores, expected[ids - 1], rtol=0, atol=1e-9)
         assert term_key(long_word).startswith("#") and term_key("apt") == "apt"
         assert index.search("", 5)[0].tolist() == [] and index.search("apt", 0)[0].tolist() == []
+
+    def test_stemmed_postings_are_kept_apart_and_score_as_the_embedded_index(self) -> None:
+        from citerag.app import extract_file
+        from citerag.chunk import chunk_extracted
+        from citerag.search.analyzer import Analyzer
+
+        corpus = Path(__file__).resolve().parents[2] / "eval" / "debian-reference-de" / "corpus"
+        texts = [c.text for c in chunk_extracted(extract_file(corpus / "ch01.de.html"), "E", 512)][:60]
+        stemmed = Analyzer("stemmed")
+        conn = self.connect()
+        reference_index = self.open(conn)
+        index = PgBm25Index(conn, COLLECTION, MODEL, analyzer=stemmed)
+        assert index.model == f"{MODEL}|stemmed" and len(index) == 0  # not the reference's rows
+        index.add(batch(1, 1, unit(len(texts), 1), texts))
+        assert len(reference_index) == 0
+        expected_index = BM25(texts, analyzer=stemmed)
+        for query in ("Größe der Dateien", "Benutzerkonten und Gruppen", "Dateiberechtigung"):
+            ids, scores = index.search(query, 60)
+            expected = expected_index.scores(query)
+            assert set(ids.tolist()) == {i + 1 for i in np.flatnonzero(expected > 0)}
+            np.testing.assert_allclose(scores, expected[ids - 1], rtol=0, atol=1e-9)
+        assert index.search("Dateiberechtigung", 5)[0].size  # a stem of "Dateiberechtigungen"
+        assert reference_index.search("Dateiberechtigung", 5)[0].size == 0

@@ -19,6 +19,7 @@ import re
 import threading
 from typing import Any
 
+from citerag.abbreviations import continues
 from citerag.text import collapse
 from citerag.types import Answer, CitationCheck
 
@@ -67,18 +68,23 @@ def _numbers(group: str) -> list[int]:
     return out
 
 
-def split_sentences(text: str) -> list[str]:
-    """Sentences with their trailing markers; pieces without a letter or digit are dropped."""
+def split_sentences(text: str, language: str | None = None) -> list[str]:
+    """Sentences with their trailing markers; pieces without a letter or digit are dropped. With `language="de"` a
+    stop that belongs to an abbreviation ("z. B.", "bzw.") ends no sentence (citerag.abbreviations)."""
     out, pos = [], 0
     for m in _END.finditer(text):
+        if language is not None and m.group().endswith(".") and continues(text[pos:m.end()], text[m.end():],
+                                                                             language):
+            continue
         out.append(text[pos:m.end()])
         pos = m.end()
     out.append(text[pos:])
     return [s.strip() for s in out if _WORD.search(_MARKER.sub("", s))]
 
 
-def check_citations(text: str, n_sources: int) -> tuple[str, CitationCheck]:
-    """The answer with links and markers that name no source removed, and what the check found."""
+def check_citations(text: str, n_sources: int, language: str | None = None) -> tuple[str, CitationCheck]:
+    """The answer with links and markers that name no source removed, and what the check found; `language` is the
+    answer's, for where its sentences end (split_sentences)."""
     text, links = strip_links(text)
     valid = set(range(1, n_sources + 1))
     invalid: list[str] = []
@@ -101,7 +107,7 @@ def check_citations(text: str, n_sources: int) -> tuple[str, CitationCheck]:
         return m.group(1) + "[" + ", ".join(str(n) for n in dict.fromkeys(good)) + "]"
 
     cleaned = _MARKER.sub(fix, text).strip()
-    sentences = split_sentences(cleaned)
+    sentences = split_sentences(cleaned, language)
     with_marker = [s for s in sentences if _MARKER.search(s)]
     result = CitationCheck(n_sources=n_sources, cited=sorted(cited), valid_markers=count, invalid=invalid,
                            unused=sorted(valid - cited), sentences=len(sentences), cited_sentences=len(with_marker),

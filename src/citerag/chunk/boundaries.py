@@ -4,6 +4,9 @@ This is the published reference rule (reference/chunk.ts), written out in Python
 core of citerag's chunk-for-chunk conformance: merge whole paragraphs while the run stays within
 `target` characters; a paragraph longer than `target` is cut into runs of whole sentences.
 Offsets are found in the text, never accumulated from lengths.
+
+`language="de"` (the document's detected language) keeps German abbreviations ("z. B.", "bzw.") inside their
+sentence (citerag.abbreviations); any other language, and None (the default), cut as the reference does.
 """
 
 from __future__ import annotations
@@ -11,13 +14,35 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from citerag.text import JS_WS_CLASS, trimmed_range
+from citerag.abbreviations import continues
+from citerag.text import JS_WHITESPACE, JS_WS_CLASS, trimmed_range
 
 _PARAGRAPH = re.compile(r"[^\n](?:[^\n]|\n(?!\n))*")
 _SENTENCE = re.compile(rf"[^.!?]*[.!?]*{JS_WS_CLASS}*")
 
 
-def boundary_ranges(text: str, start: int, end: int, target: int) -> Iterator[tuple[int, int]]:
+def _sentences(body: str, pf: int, pt: int, language: str | None) -> Iterator[tuple[int, int]]:
+    """The reference's sentence pieces of body[pf:pt] (each with its trailing whitespace), those that end in an
+    abbreviation of `language` joined to the next."""
+    open_: int | None = None
+    for sm in _SENTENCE.finditer(body, pf, pt):
+        if not sm.group():
+            continue
+        sf, st = sm.start(), sm.end()
+        if open_ is None:
+            open_ = sf
+        if language is not None:
+            stop = len(body[sf:st].rstrip(JS_WHITESPACE)) + sf
+            if continues(body[open_:stop], body[stop:pt], language):
+                continue
+        yield open_, st
+        open_ = None
+    if open_ is not None:
+        yield open_, pt
+
+
+def boundary_ranges(text: str, start: int, end: int, target: int,
+                    language: str | None = None) -> Iterator[tuple[int, int]]:
     """Trimmed, non-blank (start, end) ranges of `text` covering the non-blank text of [start, end)."""
     body = text[start:end]
 
@@ -34,10 +59,7 @@ def boundary_ranges(text: str, start: int, end: int, target: int) -> Iterator[tu
                 yield from emit(*open_)
                 open_ = None
             cur: tuple[int, int] | None = None
-            for sm in _SENTENCE.finditer(body, pf, pt):
-                if not sm.group():
-                    continue
-                sf, st = sm.start(), sm.end()
+            for sf, st in _sentences(body, pf, pt, language):
                 if cur and st - cur[0] > target:
                     yield from emit(*cur)
                     cur = None
@@ -53,13 +75,14 @@ def boundary_ranges(text: str, start: int, end: int, target: int) -> Iterator[tu
         yield from emit(*open_)
 
 
-def sentence_ranges(text: str, start: int, end: int) -> Iterator[list[tuple[int, int]]]:
+def sentence_ranges(text: str, start: int, end: int,
+                    language: str | None = None) -> Iterator[list[tuple[int, int]]]:
     """The trimmed, non-blank sentence ranges of [start, end), one list per paragraph: the units the
     rule above falls back to inside an over-long paragraph, for any paragraph."""
     body = text[start:end]
     for m in _PARAGRAPH.finditer(body):
-        ranges = [trimmed_range(text, start + sm.start(), start + sm.end())
-                  for sm in _SENTENCE.finditer(body, m.start(), m.end()) if sm.group()]
+        ranges = [trimmed_range(text, start + sf, start + st)
+                  for sf, st in _sentences(body, m.start(), m.end(), language)]
         found = [r for r in ranges if r]
         if found:
             yield found

@@ -32,10 +32,10 @@ MIN_SENTENCE = 20
 MIN_PIECE_DIVISOR = 4
 
 
-def sentence_units(text: str, start: int, end: int) -> list[Range]:
+def sentence_units(text: str, start: int, end: int, language: str | None = None) -> list[Range]:
     """The sentences of [start, end), fragments shorter than MIN_SENTENCE joined to their paragraph's next."""
     units: list[Range] = []
-    for paragraph in sentence_ranges(text, start, end):
+    for paragraph in sentence_ranges(text, start, end, language):
         merged: list[Range] = []
         pending: int | None = None  # start of a short fragment waiting for its next sentence
         for a, b in paragraph:
@@ -56,11 +56,11 @@ def sentence_units(text: str, start: int, end: int) -> list[Range]:
 
 
 def semantic_ranges(text: str, bodies: Sequence[Range], target: int, percentile: float,
-                    embed: Embed) -> list[list[Range]]:
-    """The chunk ranges of each body [start, end) of one document, in order."""
+                    embed: Embed, language: str | None = None) -> list[list[Range]]:
+    """The chunk ranges of each body [start, end) of one document, in order; `language` as in sentence_ranges."""
     if not 0 < percentile <= 100:
         raise CiteragError(f"percentile must be in (0, 100], not {percentile}")
-    units = [sentence_units(text, a, b) for a, b in bodies]
+    units = [sentence_units(text, a, b, language) for a, b in bodies]
     sentences = [text[a:b] for us in units for a, b in us]
     if not sentences:
         return [[] for _ in bodies]

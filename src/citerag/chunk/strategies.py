@@ -17,6 +17,10 @@ strategy and never enters `content`; prose sections have none, so their chunks a
 
 The header `[Title > Section]` and the overlap (the characters just before a chunk, never across a
 section body's start) go into `text`, which is embedded; `content` stays the chunk's own words.
+
+`language` is the document's (ISO 639-1, e.g. citerag.lang.detect of its text, or its stamp): the sentence
+fallback of C-G then keeps that language's abbreviations whole ("z. B." for "de"); None (the default) and
+languages without rules cut exactly as the reference does. A and B cut blind and ignore it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from citerag.chunk.blind import blind_ranges
 from citerag.chunk.boundaries import boundary_ranges
@@ -69,8 +74,10 @@ def header_for(title: str, section: str) -> str:
 
 
 def chunk_extracted(ext: Extracted, strategy: str = "E", target: int = 512, overlap: int = 64, *,
-                    embed: Embed | None = None, percentile: float = DEFAULT_PERCENTILE) -> list[Chunk]:
-    """`embed` (texts -> unit vectors, the collection's encoder) is needed by G only; `percentile` is G's."""
+                    embed: Embed | None = None, percentile: float = DEFAULT_PERCENTILE,
+                    language: str | None = None) -> list[Chunk]:
+    """`embed` (texts -> unit vectors, the collection's encoder) is needed by G only; `percentile` is G's;
+    `language` the document's, for the sentence fallback's abbreviations (None: the reference's cuts)."""
     try:
         rule = STRATEGIES[strategy]
     except KeyError:
@@ -83,9 +90,10 @@ def chunk_extracted(ext: Extracted, strategy: str = "E", target: int = 512, over
         if embed is None:
             raise CiteragError(f"strategy {strategy} cuts on sentence embeddings: it needs the collection's "
                                "encoder (embed)")
-        ranges = semantic_ranges(text, [(lo, span.end) for span, lo in spans], target, percentile, embed)
+        ranges = semantic_ranges(text, [(lo, span.end) for span, lo in spans], target, percentile, embed, language)
     else:
-        ranges = [list(rule.cutter(text, lo, span.end, target)) for span, lo in spans]
+        cutter = partial(boundary_ranges, language=language) if rule.cutter is boundary_ranges else rule.cutter
+        ranges = [list(cutter(text, lo, span.end, target)) for span, lo in spans]
     starts = [s.start for s in ext.sections]
     chunks = []
     for (span, lo), cuts in zip(spans, ranges, strict=True):

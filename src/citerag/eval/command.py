@@ -109,6 +109,8 @@ def dev_set(folder: Path) -> DevSet:
               help="Leave out corpus files whose name or relative path matches (repeatable), e.g. '*.pdf'.")
 @click.option("--vector-index", type=click.Choice(["exact", "hnsw"]), default="exact", show_default=True,
               help="Dense search: exact (what the baseline measures) or the approximate HNSW graph.")
+@click.option("--lexical", type=click.Choice(["reference", "stemmed"]), default="reference", show_default=True,
+              help="Tokenisation of BM25 and exact words: the reference's [a-z0-9]+ or stemmed Unicode words.")
 @click.option("--no-html", is_flag=True, help="Skip report.html and its PNGs (no matplotlib needed).")
 @click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
               help="Also evaluate hybrid+rerank: hybrid's shortlist reordered by this cross-encoder folder.")
@@ -122,7 +124,8 @@ def dev_set(folder: Path) -> DevSet:
 def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path | None, ood: Path | None,
                  phrases: Path | None, strategies: str, retrievers: str, embedders: str,
                  out: Path, cache: Path | None, cost_ratio: float, threshold: float | None, baseline: Path | None,
-                 gate: bool, exclude: tuple[str, ...], vector_index: str, no_html: bool, rerank_model: str | None,
+                 gate: bool, exclude: tuple[str, ...], vector_index: str, lexical: str, no_html: bool,
+                 rerank_model: str | None,
                  shortlist: int,
                  generate: bool, generator: str, llm_model_path: str | None, openai_base_url: str | None,
                  openai_model: str | None, generator_timeout: float | None, judge: bool) -> None:
@@ -162,7 +165,8 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
     # evaluation measures exactly what its flags say).
     defaults = Settings().with_changes(threshold=threshold, generator=generator, llm_model_path=llm_model_path,
                                    openai_base_url=openai_base_url, openai_model=openai_model,
-                                   generator_timeout=generator_timeout, vector_index=vector_index)
+                                   generator_timeout=generator_timeout, vector_index=vector_index,
+                                   lexical=lexical)
     ref = defaults.threshold
     app = Citerag()
     if rerank_model:
@@ -181,7 +185,8 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
     settings = {"corpus": str(corpus), "questions": str(questions), "ood": str(ood) if ood else None,
                 "phrases": str(phrases) if phrases else None,
                 "strategies": strategy_list, "retrievers": retriever_list, "embedders": embedder_list,
-                "exclude": list(exclude), "vector_index": vector_index, "rerank": rerank_model or None,
+                "exclude": list(exclude), "vector_index": vector_index, "lexical": lexical,
+                "rerank": rerank_model or None,
                 "shortlist": shortlist if rerank_model else None, "generate": generator if generate else None}
     report = build_report(run, qs, oods, settings, cost_ratio=cost_ratio, reference_threshold=ref, phrases=pasted)
     result = None

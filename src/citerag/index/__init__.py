@@ -11,11 +11,14 @@ if TYPE_CHECKING:
 
 
 def open_search(settings: Settings) -> SearchBackend:
-    """The factory: the search indexes that go with the settings' store."""
+    """The factory: the search indexes that go with the settings' store, tokenising as `settings.lexical` says."""
+    from citerag.search.analyzer import Analyzer
+
     if settings.store_scheme == "postgresql":
         from citerag.index.pg_search import DatabaseSearch
 
-        return DatabaseSearch(settings.embedding_model, settings.vector_index)
+        return DatabaseSearch(settings.embedding_model, settings.vector_index, Analyzer(settings.lexical))
     from citerag.index.local import LocalSearch
 
-    return LocalSearch(settings.sqlite_dir, settings.embedding_model, settings.vector_index)
+    return LocalSearch(settings.sqlite_dir, settings.embedding_model, settings.vector_index,
+                       Analyzer(settings.lexical))

@@ -7,7 +7,9 @@ from the collection as a whole (N, document frequencies, the mean length) is sto
 them over the live rows, so a score after any sequence of updates equals a fresh build's to the last bit.
 
 Hand-written, as `citerag.search.bm25` is, because conformance to the reference's tokens and weights is the
-contract; here it is the incremental, persisted form of the same formula.
+contract; here it is the incremental, persisted form of the same formula. The terms come from the index's
+analyzer (citerag.search.analyzer: the reference's tokens, or stemmed Unicode words), which the saved state
+names, so an index is never read with another tokenisation than it was built with (sync.load rebuilds it).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import numpy as np
 
 from citerag.index.base import Rows
 from citerag.index.files import load_arrays, new_name, save_array, save_arrays
+from citerag.lang import DEFAULT
+from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import ChunkBatch
-from citerag.text import tokenize
 
 FREEZE_ROWS = 50_000  # in-memory postings become an array segment past this many rows (Python lists are heavy)
 COMPACT_DEAD_FRACTION = 0.25
@@ -87,7 +90,7 @@ class Segment:
         name = new_name("bm25-segment")
         folder = directory / name
         folder.mkdir()
-        (folder / "terms.txt").write_text("\n".join(self.terms), encoding="ascii")
+        (folder / "terms.txt").write_text("\n".join(self.terms), encoding="utf-8")  # ASCII for the reference
         save_array(folder / "offsets.npy", self.offsets)
         save_array(folder / "rows.npy", np.asarray(self.rows))
         save_array(folder / "tfs.npy", np.asarray(self.tfs))
@@ -97,7 +100,7 @@ class Segment:
     @classmethod
     def load(cls, directory: Path, name: str) -> Segment:
         folder = directory / name
-        text = (folder / "terms.txt").read_text(encoding="ascii")
+        text = (folder / "terms.txt").read_text(encoding="utf-8")
         return cls(text.split("\n") if text else [], np.load(folder / "offsets.npy"),
                    np.load(folder / "rows.npy", mmap_mode="r"), np.load(folder / "tfs.npy", mmap_mode="r"), name)
 
@@ -106,8 +109,12 @@ class Bm25Index:
     kind = "bm25"
 
     def __init__(self, k1: float = 1.2, b: float = 0.75, rows: Rows | None = None,
-                 lengths: np.ndarray | None = None, segments: list[Segment] | None = None) -> None:
+                 lengths: np.ndarray | None = None, segments: list[Segment] | None = None,
+                 analyzer: Analyzer = REFERENCE, languages: dict[str, int] | None = None) -> None:
         self.k1, self.b = k1, b
+        self.analyzer = analyzer
+        # Chunks added per detected language (not decremented on removal): a short query's fallback language.
+        self.languages: Counter[str] = Counter(languages or {})
         self.rows = rows or Rows()
         self.lengths = np.zeros(0, dtype=np.float64) if lengths is None else np.asarray(lengths, dtype=np.float64)
         self.segments = segments or []
@@ -123,7 +130,10 @@ class Bm25Index:
         rows = self.rows.append(batch.ids, batch.document_ids)
         lengths = np.zeros(len(rows), dtype=np.float64)
         for i, (row, text) in enumerate(zip(rows.tolist(), batch.texts, strict=True)):
-            words = tokenize(text)
+            language = self.analyzer.language(text)
+            if language is not None:
+                self.languages[language] += 1
+            words = self.analyzer.terms(text, language)
             lengths[i] = len(words)
             for word, count in Counter(words).items():
                 ids, tfs = self._pending.setdefault(word, ([], []))
@@ -159,6 +169,11 @@ class Bm25Index:
         keep = self.rows.live[row]
         return row[keep], tf[keep]
 
+    @property
+    def language(self) -> str:
+        """The language most chunks were added in: a query too short to detect is taken to be in it."""
+        return self.languages.most_common(1)[0][0] if self.languages else DEFAULT
+
     def scores(self, query: str) -> np.ndarray:
         """The reference's score of every row (dead rows score 0)."""
         out = np.zeros(len(self.rows), dtype=np.float64)
@@ -168,7 +183,7 @@ class Bm25Index:
         avg = float(self.lengths[self.rows.live].sum() / n)  # integer-valued, so the sum is exact in any order
         k1, b = self.k1, self.b
         weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for word in tokenize(query):  # a repeated query word counts again, as in the reference
+        for word in self.analyzer.terms(query, fallback=self.language):  # a repeated word counts again
             if word not in weights:
                 row, tf = self._postings(word)
                 df = len(row)
@@ -196,7 +211,8 @@ class Bm25Index:
         names = [s.name if s.name is not None else s.save(directory) for s in self.segments]
         table = new_name("bm25-rows", ".npz")
         save_arrays(directory / table, ids=self.rows.ids, documents=self.rows.documents, lengths=self.lengths)
-        return {"type": self.kind, "k1": self.k1, "b": self.b, "segments": names, "table": table}
+        return {"type": self.kind, "k1": self.k1, "b": self.b, "segments": names, "table": table,
+                "analyzer": self.analyzer.name, "languages": dict(self.languages)}
 
     def _compact(self) -> None:
         live = self.rows.live
@@ -206,11 +222,16 @@ class Bm25Index:
         self.lengths = self.lengths[live]
 
     @classmethod
-    def load(cls, directory: Path, state: dict[str, Any]) -> Bm25Index:
+    def load(cls, directory: Path, state: dict[str, Any], analyzer: Analyzer = REFERENCE) -> Bm25Index:
+        """The saved index; ValueError when it was built with another analyzer than `analyzer` (a state saved
+        before analyzers were named used the reference's tokens)."""
+        built = state.get("analyzer", REFERENCE.name)
+        if built != analyzer.name:
+            raise ValueError(f"the lexical index was built with the {built!r} tokenisation, not {analyzer.name!r}")
         table = load_arrays(directory / state["table"])
         segments = [Segment.load(directory, name) for name in state["segments"]]
         return cls(float(state["k1"]), float(state["b"]), Rows(table["ids"], table["documents"]), table["lengths"],
-                   segments)
+                   segments, analyzer, state.get("languages"))
 
     @staticmethod
     def files(state: dict[str, Any]) -> set[str]:

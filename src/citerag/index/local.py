@@ -12,22 +12,24 @@ from pathlib import Path
 from citerag.errors import StoreUnavailable
 from citerag.index.base import SearchPair
 from citerag.index.sync import IndexLockTimeout, SearchIndexes, index_dir, load, persist
+from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import Store, StoreView
 
 log = logging.getLogger(__name__)
 
 
 class LocalSearch:
-    def __init__(self, root: Path, embedding_model: str, vector_index: str) -> None:
+    def __init__(self, root: Path, embedding_model: str, vector_index: str, analyzer: Analyzer = REFERENCE) -> None:
         self.directory = index_dir(root, embedding_model, vector_index)
         self.embedding_model, self.vector_index = embedding_model, vector_index
+        self.analyzer = analyzer
         self.indexes: SearchIndexes | None = None  # loaded on first use
         # Re-entrant: a search holds it from before its view is opened (reading) through open() and its use.
         self._lock = threading.RLock()
 
     def _loaded(self) -> SearchIndexes:
         if self.indexes is None:
-            self.indexes = load(self.directory, self.embedding_model, self.vector_index)
+            self.indexes = load(self.directory, self.embedding_model, self.vector_index, self.analyzer)
         return self.indexes
 
     def reading(self) -> threading.RLock:

@@ -10,6 +10,11 @@ SQL instead (float8, ordered sums) gave the same bits but took twice as long: Po
 few hundred thousand postings of a stop-word query row by row, numpy as arrays. PostgreSQL's text search
 (ts_rank) weighs differently and is not used.
 
+The tokenisation (citerag.search.analyzer) is part of the rows' key: lexical_chunks.model holds the embedding
+model for the reference's tokens and "MODEL|stemmed" for stemmed ones (`lexical_key`), so postings of one
+tokenisation are never scored with another's query terms; DatabaseSearch refuses a search whose tokenisation
+the collection has no rows for.
+
 Nothing here commits, and search writes nothing: the store writes in its transaction and reads in its own.
 """
 
@@ -27,7 +32,8 @@ import numpy as np
 from psycopg import Connection, Cursor
 from psycopg.rows import TupleRow, tuple_row
 
-from citerag.search.bm25 import tokenize
+from citerag.lang import DEFAULT
+from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import ChunkBatch
 
 _LIVE = "SELECT count(*), COALESCE(sum(length), 0) FROM lexical_chunks WHERE collection_id = %s AND model = %s"
@@ -54,13 +60,18 @@ def int_array(data: bytes, size: int) -> np.ndarray:
 MAX_TERM_CHARS = 256
 
 
+def lexical_key(model: str, analyzer: Analyzer) -> str:
+    """The value of lexical_chunks.model for an embedding model's postings made by this analyzer."""
+    return model if analyzer.name == REFERENCE.name else f"{model}|{analyzer.name}"
+
+
 def term_key(word: str) -> str:
     """A word as stored: a very long one (a hex dump, base64) by its digest, as a B-tree entry is at most about
     2.7 kB and an over-long one would abort the writer's transaction. '#' is never in a token, so a digest cannot
     equal a word; a query's words are keyed alike, so such a word still matches exactly."""
     if len(word) <= MAX_TERM_CHARS:
         return word
-    return "#" + hashlib.sha256(word.encode("ascii")).hexdigest()
+    return "#" + hashlib.sha256(word.encode("utf-8")).hexdigest()  # UTF-8: the same bytes as ASCII for ASCII words
 
 
 class PgBm25Index:
@@ -70,10 +81,11 @@ class PgBm25Index:
     kind = "pg-bm25"
 
     def __init__(self, conn: Connection[Any], collection_id: int, model: str, *, k1: float = 1.2,
-                 b: float = 0.75) -> None:
+                 b: float = 0.75, analyzer: Analyzer = REFERENCE) -> None:
         self.conn = conn
         self.collection_id = int(collection_id)
-        self.model = model
+        self.analyzer = analyzer
+        self.model = lexical_key(model, analyzer)
         self.k1, self.b = float(k1), float(b)
 
     @contextmanager
@@ -95,7 +107,7 @@ class PgBm25Index:
             return
         ids = np.asarray(batch.ids, dtype=np.int64).tolist()
         documents = np.asarray(batch.document_ids, dtype=np.int64).tolist()
-        counts = [Counter(map(term_key, tokenize(text))) for text in batch.texts]
+        counts = [Counter(map(term_key, self.analyzer.terms(text))) for text in batch.texts]
         with self._cursor() as cur:
             with cur.copy("COPY lexical_chunks (collection_id, chunk_id, document_id, model, length) "
                           "FROM STDIN (FORMAT BINARY)") as copy:
@@ -123,7 +135,8 @@ class PgBm25Index:
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         empty = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        words = [term_key(w) for w in tokenize(query)]
+        # A query too short to detect is taken to be English: the collection's languages are not stored here.
+        words = [term_key(w) for w in self.analyzer.terms(query, fallback=DEFAULT)]
         if not words or k <= 0:
             return empty
         with self._cursor(binary=True) as cur:  # bytea as it is, not as hex

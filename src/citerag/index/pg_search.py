@@ -8,16 +8,19 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from citerag.errors import CiteragError
 from citerag.index.base import SearchPair
-from citerag.index.pg_bm25 import PgBm25Index
+from citerag.index.pg_bm25 import PgBm25Index, lexical_key
 from citerag.index.pgvector import PgVectorIndex
+from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import Store, StoreView
 
 
 class DatabaseSearch:
-    def __init__(self, embedding_model: str, vector_index: str) -> None:
+    def __init__(self, embedding_model: str, vector_index: str, analyzer: Analyzer = REFERENCE) -> None:
         self.embedding_model = embedding_model
         self.approximate = vector_index == "hnsw"
+        self.analyzer = analyzer
 
     def reading(self) -> AbstractContextManager[object]:
         return nullcontext()  # nothing shared: each view's connection searches the tables as of its own commit
@@ -26,10 +29,18 @@ class DatabaseSearch:
     def open(self, view: StoreView) -> Iterator[SearchPair]:
         conn: Any = getattr(view, "conn")  # noqa: B009 - a PostgresView; the Protocol does not name it
         collection_id: int = getattr(view, "collection_id")  # noqa: B009
-        row = conn.execute("SELECT EXISTS (SELECT 1 FROM chunk_vectors WHERE collection_id = %s AND model = %s)",
-                           (collection_id, self.embedding_model)).fetchone()
+        key = lexical_key(self.embedding_model, self.analyzer)
+        row = conn.execute("SELECT EXISTS (SELECT 1 FROM chunk_vectors WHERE collection_id = %s AND model = %s),"
+                           " EXISTS (SELECT 1 FROM lexical_chunks WHERE collection_id = %s AND model = %s)",
+                           (collection_id, self.embedding_model, collection_id, key)).fetchone()
+        if row[0] and not row[1]:
+            # Postings are written at ingest, in the store's transaction: a search cannot rebuild them.
+            raise CiteragError(f"this collection's BM25 postings were not made with the {self.analyzer.name!r} "
+                               "tokenisation (setting `lexical`): ingest its documents again with it, or search "
+                               "with the tokenisation they were indexed with")
         yield SearchPair(PgVectorIndex(conn, collection_id, self.embedding_model, approximate=self.approximate),
-                         PgBm25Index(conn, collection_id, self.embedding_model), empty=not row[0], applied=0)
+                         PgBm25Index(conn, collection_id, self.embedding_model, analyzer=self.analyzer),
+                         empty=not row[0], applied=0)
 
     def persist(self, store: Store) -> None:
         """Nothing to save: the store wrote the index rows in the same transaction as the documents."""

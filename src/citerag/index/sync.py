@@ -4,7 +4,8 @@ Layout: `DIR/manifest.json` names the files of the current state and the store g
 file is written once under a new name and the manifest is replaced atomically, so a reader that loaded one
 manifest keeps a consistent set of files whatever a writer does next. Writers hold `DIR/lock` (filelock) while
 they save. A process whose indexes lag the store (another process ingested) catches up in memory from the
-store's change log, document by document; it rebuilds only when the log does not reach back far enough.
+store's change log, document by document; it rebuilds only when the log does not reach back far enough, or when
+the saved lexical index was built with another tokenisation than the settings' `lexical` (its state names it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from citerag.index.bm25 import Bm25Index
 from citerag.index.exact import ExactIndex
 from citerag.index.files import new_name
 from citerag.index.hnsw import HnswIndex
+from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import Store, StoreView
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,11 @@ class SearchIndexes:
     lexical: LexicalIndex = field(default_factory=Bm25Index)
     generation: int = -1
     token: str | None = None  # the manifest this state was loaded from or saved as
+    analyzer: Analyzer = REFERENCE  # the lexical index's tokenisation
+
+    def __post_init__(self) -> None:
+        if self.generation < 0 and not len(self.lexical):
+            self.lexical = Bm25Index(analyzer=self.analyzer)
 
     def catch_up(self, view: StoreView) -> int:
         """Bring both indexes to the view's generation; the number of documents re-read (all on a rebuild)."""
@@ -70,7 +77,7 @@ class SearchIndexes:
                                f"({self.generation}): open the view inside SearchBackend.reading()")
         changed = view.changed_documents(self.generation) if self.generation >= 0 else None
         if changed is None:
-            self.vector, self.lexical = None, Bm25Index()
+            self.vector, self.lexical = None, Bm25Index(analyzer=self.analyzer)
             batches = view.indexed_chunks(self.embedding_model)
         else:
             if self.vector is not None:
@@ -139,9 +146,10 @@ def _read_manifest(directory: Path) -> dict[str, Any] | None:
     return state if state.get("format") == FORMAT else None
 
 
-def load(directory: Path, embedding_model: str, vector_kind: str) -> SearchIndexes:
-    """The saved state, or an empty one (which catches up by a full build) when there is none."""
-    empty = SearchIndexes(directory, embedding_model, vector_kind)
+def load(directory: Path, embedding_model: str, vector_kind: str, analyzer: Analyzer = REFERENCE) -> SearchIndexes:
+    """The saved state, or an empty one (which catches up by a full build) when there is none, or when its lexical
+    index was built with another tokenisation than `analyzer`."""
+    empty = SearchIndexes(directory, embedding_model, vector_kind, analyzer=analyzer)
     for _attempt in range(5):
         state = _read_manifest(directory)
         if state is None:
@@ -149,14 +157,14 @@ def load(directory: Path, embedding_model: str, vector_kind: str) -> SearchIndex
         try:
             vector = None if state["vector"] is None else \
                 _VECTOR_TYPES[state["vector_kind"]].load(directory, state["vector"])
-            lexical = Bm25Index.load(directory, state["lexical"])
+            lexical = Bm25Index.load(directory, state["lexical"], analyzer)
         except FileNotFoundError:
             continue  # a writer replaced the manifest and removed these files meanwhile: read the new one
         except (OSError, ValueError, KeyError) as exc:
             log.warning("search index at %s unreadable (%s): rebuilding from the store", directory, exc)
             return empty
         return SearchIndexes(directory, embedding_model, vector_kind, vector, lexical, int(state["generation"]),
-                             state.get("token"))
+                             state.get("token"), analyzer)
     return empty
 
 
@@ -175,9 +183,9 @@ def persist(current: SearchIndexes, store: Store) -> SearchIndexes:
     with FileLock(directory / "lock", timeout=LOCK_TIMEOUT_S):
         on_disk = _read_manifest(directory)
         if on_disk is not None and on_disk.get("token") != current.token:
-            current = load(directory, current.embedding_model, current.vector_kind)
+            current = load(directory, current.embedding_model, current.vector_kind, current.analyzer)
         elif on_disk is None and current.token is not None:
-            current = SearchIndexes(directory, current.embedding_model, current.vector_kind)
+            current = SearchIndexes(directory, current.embedding_model, current.vector_kind, analyzer=current.analyzer)
         with store.view() as view:
             current.catch_up(view)
         if on_disk is None or on_disk.get("generation") != current.generation or current.token is None:

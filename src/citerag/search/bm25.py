@@ -12,19 +12,22 @@ from collections import Counter
 
 import numpy as np
 
+from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.text import tokenize
 
 __all__ = ["BM25", "tokenize"]
 
 
 class BM25:
-    def __init__(self, docs: list[str], k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(self, docs: list[str], k1: float = 1.2, b: float = 0.75, analyzer: Analyzer = REFERENCE) -> None:
+        """`analyzer`: the reference's tokens (the conformance contract) unless another is given."""
         self.k1, self.b = k1, b
+        self.analyzer = analyzer
         self.n_docs = len(docs)
         postings: dict[str, tuple[list[int], list[int]]] = {}
         lengths = np.zeros(len(docs), dtype=np.float64)
         for i, doc in enumerate(docs):
-            words = tokenize(doc)
+            words = analyzer.terms(doc)
             lengths[i] = len(words)
             for word, count in Counter(words).items():
                 ids, tfs = postings.setdefault(word, ([], []))
@@ -43,7 +46,7 @@ class BM25:
 
     def scores(self, query: str) -> np.ndarray:
         out = np.zeros(self.n_docs, dtype=np.float64)
-        for word in tokenize(query):  # a repeated query word counts again, as in the reference
+        for word in self.analyzer.terms(query):  # a repeated query word counts again, as in the reference
             hit = self._postings.get(word)
             if hit is not None:
                 out[hit[0]] += hit[1]

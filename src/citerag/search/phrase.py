@@ -6,13 +6,17 @@ dense retrieval ranks such a passage anywhere (a verbatim sentence of a two-colu
 unlike a high BM25 score, which common words reach too; but only while it singles out a few passages: a
 phrase found in more than `max_matches` of the lexical shortlist ("the", "apt install") decides nothing.
 A natural-language question never occurs verbatim, so for questions the adaptive mode ranks exactly as dense.
+
+Words are the lexical index's analyzer's `words`: the reference's [a-z0-9]+ tokens, or, with the stemmed
+tokenisation, Unicode words (case-folded, NFKC) left unstemmed, so "Größe" is one word and is matched as written:
+exact words stay verbatim, not "the same stems in order".
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from citerag.text import tokenize
+from citerag.search.analyzer import REFERENCE, Analyzer
 
 MAX_MATCHES = 8  # chunks a phrase may occur in and still be decisive
 SHORTLIST = 50  # BM25 hits checked for the phrase
@@ -29,11 +33,11 @@ def contains_run(haystack: Sequence[str], needle: Sequence[str]) -> bool:
 
 
 def exact_matches(query: str, candidates: Iterable[int], contents: Mapping[int, str],
-                  max_matches: int = MAX_MATCHES) -> list[int]:
+                  max_matches: int = MAX_MATCHES, analyzer: Analyzer = REFERENCE) -> list[int]:
     """The candidates (in their order) whose content holds the query's tokens verbatim and in order; empty when
     the query has no tokens or the phrase is too common to decide (more than `max_matches` matches)."""
-    words = tokenize(query)
+    words = analyzer.words(query)
     if not words:
         return []
-    found = [i for i in candidates if contains_run(tokenize(contents[i]), words)]
+    found = [i for i in candidates if contains_run(analyzer.words(contents[i]), words)]
     return found if len(found) <= max_matches else []

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from citerag.index.base import LexicalIndex, VectorIndex
+from citerag.search.analyzer import REFERENCE
 from citerag.search.fuse import rrf
 from citerag.search.phrase import SHORTLIST, exact_matches
 from citerag.store.base import StoreView
@@ -49,7 +50,8 @@ class Retriever:
             lexical_ids, _ = _traced("citerag.bm25", lambda: lexical.search(query, SHORTLIST))
             shortlist = lexical_ids.tolist()
             contents = {i: c.content for i, c in self.view.chunks(shortlist).items()}
-            exact = exact_matches(query, shortlist, contents)
+            # The words of the lexical index's own tokenisation (an index without one: the reference's).
+            exact = exact_matches(query, shortlist, contents, analyzer=getattr(lexical, "analyzer", REFERENCE))
             first = set(exact)
             ids = np.array([*exact, *(i for i in dense.tolist() if i not in first)][:k], dtype=np.int64)
             similarity = vector.similarity(q, ids)

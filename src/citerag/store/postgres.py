@@ -131,9 +131,11 @@ class PostgresView:
 class PostgresStore:
     """One collection in a PostgreSQL database (see the module docstring)."""
 
-    def __init__(self, url: str, collection: str = "default", create: bool = False, read_url: str = "") -> None:
+    def __init__(self, url: str, collection: str = "default", create: bool = False, read_url: str = "",
+                 lexical: str = "reference") -> None:
         self.url = url
         self.collection = collection
+        self.lexical = lexical  # the tokenisation of the BM25 postings this store writes (citerag.search.analyzer)
         self._where = redact_url(url)
         self._closed = False
         try:
@@ -202,8 +204,10 @@ class PostgresStore:
     def _indexes(self, conn: psycopg.Connection[Any], model: str) -> tuple[Any, Any]:
         from citerag.index.pg_bm25 import PgBm25Index
         from citerag.index.pgvector import PgVectorIndex
+        from citerag.search.analyzer import Analyzer
 
-        return PgVectorIndex(conn, self.collection_id, model), PgBm25Index(conn, self.collection_id, model)
+        return PgVectorIndex(conn, self.collection_id, model), \
+            PgBm25Index(conn, self.collection_id, model, analyzer=Analyzer(self.lexical))
 
     def _drop_version(self, conn: psycopg.Connection[Any], doc_id: int) -> None:
         """Remove a document's chunks and its rows in every search index (whatever model indexed it)."""
