@@ -7,6 +7,7 @@ questions only judge it here (those whose needle is in these chapters, and its f
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -16,13 +17,15 @@ import pytest
 
 from citerag.app import AskOptions, Citerag, Settings, Source
 from citerag.cli import main
+from citerag.lang import detect
 from citerag.refusal import RefusalRule
-from citerag.refusal.bank import load_bank
+from citerag.refusal.bank import BANK_LANGUAGES, load_bank
 from citerag.refusal.calibrate import MIN_SYNTHETIC, TooSmall, choose_cut, needs_refit
-from citerag.refusal.synthetic import synthetic_questions
+from citerag.refusal.synthetic import PHRASINGS, synthetic_questions
 from corpus_paths import DEV_CORPUS, DEV_SET
 
 CHAPTERS = ("pr01.en.html", "ch03.en.html", "ch08.en.html")
+STOPWORDS_ALL = frozenset().union(*(p.stopwords for p in PHRASINGS.values()))
 
 
 def _jsonl(path: Path) -> list[dict[str, str]]:
@@ -51,6 +54,8 @@ def test_ingest_leaves_a_calibrated_rule_that_a_new_process_reads(app: Citerag) 
     rule = app.collection().refusal_rule()
     assert rule is not None and rule.encoder == "all-MiniLM-L6-v2" and rule.documents == len(CHAPTERS)
     assert rule.synthetic >= MIN_SYNTHETIC and rule.bank == len(load_bank())
+    # An English collection: the English bank and stems only.
+    assert rule.languages == ["en"] and rule.language_shares["en"] >= 0.9
     # The figures are the cut's own on its two sets.
     assert 0 <= rule.synthetic_refused < rule.synthetic / 2 and 0 <= rule.bank_answered < rule.bank / 10
     assert rule.synthetic_best[0] <= rule.synthetic_best[1] <= rule.synthetic_best[2]
@@ -138,7 +143,8 @@ def test_synthetic_questions_are_seeded_questions_not_copied_sentences(app: Cite
 def test_rule_json_round_trip() -> None:
     rule = RefusalRule(threshold=0.561, encoder="all-MiniLM-L6-v2", fitted_at="2024-05-01T10:00:00+00:00",
                        documents=14, chunks=1343, synthetic=200, synthetic_refused=15, bank=219, bank_answered=8,
-                       cost_ratio=3.0, seed=13, synthetic_best=[0.12, 0.39, 0.76], bank_best=[0.45, 0.76, 0.86])
+                       cost_ratio=3.0, seed=13, synthetic_best=[0.12, 0.39, 0.76], bank_best=[0.45, 0.76, 0.86],
+                       languages=["de", "en"], language_shares={"de": 0.55, "en": 0.45})
     assert RefusalRule.from_json(rule.to_json()) == rule
     assert RefusalRule.from_json(json.loads(rule.to_json())) == rule  # as a JSONB column hands it back
     assert RefusalRule.from_json({**json.loads(rule.to_json()), "added_later": 1}) == rule
@@ -154,6 +160,16 @@ def test_choose_cut_weighs_a_bluff_as_three_refusals() -> None:
     assert 0.3 < cut < 0.35
 
 
+def test_a_rule_stored_before_languages_were_recorded_loads_as_english() -> None:
+    stored = {"threshold": 0.561, "encoder": "all-MiniLM-L6-v2", "fitted_at": "2024-05-01T10:00:00+00:00",
+              "documents": 14, "chunks": 1343, "synthetic": 200, "synthetic_refused": 15, "bank": 219,
+              "bank_answered": 8, "cost_ratio": 3.0, "seed": 13, "kind": "cut", "version": 1,
+              "synthetic_best": [0.12, 0.39, 0.76], "bank_best": [0.45, 0.76, 0.86]}
+    rule = RefusalRule.from_json(json.dumps(stored))
+    assert rule.languages == ["en"] and rule.language_shares == {} and rule.version == 1
+    assert "all-MiniLM-L6-v2, en): refuses 15/200" in rule.describe()
+
+
 def test_the_upload_policy_refits_on_a_move_of_more_than_ten_percent() -> None:
     rule = RefusalRule.from_json({"threshold": 0.5, "encoder": "m", "fitted_at": "", "documents": 100, "chunks": 1,
                                   "synthetic": 1, "synthetic_refused": 0, "bank": 1, "bank_answered": 0,
@@ -163,10 +179,34 @@ def test_the_upload_policy_refits_on_a_move_of_more_than_ten_percent() -> None:
     assert needs_refit(rule, 111, "m") and needs_refit(rule, 89, "m")
 
 
-def test_the_bank_is_distinct_from_the_dev_sets_out_of_domain_questions() -> None:
-    bank = {b.query.lower() for b in load_bank()}
-    assert len(bank) == len(load_bank()) >= 200
-    assert not bank & {o["query"].lower() for o in _jsonl(DEV_SET / "ood.jsonl")}
+def _content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if len(w) > 2 and w not in STOPWORDS_ALL}
+
+
+@pytest.mark.parametrize("language", BANK_LANGUAGES)
+def test_each_bank_is_distinct_from_every_dev_sets_out_of_domain_questions(language: str) -> None:
+    """No bank question is, or nearly copies, an out-of-domain question of any dev set present (eval/*/ood.jsonl,
+    German ones included once they exist): those only measure the rule."""
+    bank = [b.query for b in load_bank(language)]
+    assert len({q.lower() for q in bank}) == len(bank) >= 200
+    dev = [o["query"] for path in sorted((DEV_SET.parent).glob("*/ood.jsonl")) for o in _jsonl(path)]
+    assert len(dev) >= 60  # debian-reference and postgresql at least
+    assert not {q.lower() for q in bank} & {q.lower() for q in dev}
+    near = []
+    for question in bank:
+        mine = _content_words(question)
+        for other in dev:
+            theirs = _content_words(other)
+            if len(mine & theirs) / max(len(mine | theirs), 1) >= 0.5:
+                near.append((question, other))
+    assert not near
+
+
+def test_the_german_bank_is_german_and_other_languages_fall_back_to_english() -> None:
+    german = load_bank("de")
+    assert sum(detect(b.query) == "de" for b in german) >= 0.95 * len(german)
+    assert {b.id for b in german}.isdisjoint({b.id for b in load_bank()})
+    assert load_bank("fr") == load_bank() == load_bank("en")
 
 
 def test_a_collection_too_small_to_calibrate_keeps_the_threshold(tmp_path: Path) -> None:

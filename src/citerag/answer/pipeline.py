@@ -9,6 +9,7 @@ from typing import Any
 from citerag.answer.check import CheckedStream, check_citations
 from citerag.answer.citations import cite
 from citerag.answer.generators.base import Generator
+from citerag.answer.messages import refusal_text
 from citerag.answer.prompt import build_prompt
 from citerag.search import Retriever, gate
 from citerag.search.rerank import Reranker, rerank
@@ -18,9 +19,9 @@ from citerag.types import Answer, Hit
 
 
 def refusal(question: str, threshold: float, rule: str = "threshold") -> str:
-    """The refusal's text: the cut, and which rule set it when it was the collection's calibrated one."""
-    which = " (calibrated rule)" if rule == "calibrated" else ""
-    return f'NO ANSWER: nothing under cosine distance {threshold:g}{which} for "{question}"'
+    """The refusal's text: "NO ANSWER: " (in every language, clients parse it), then in the question's language
+    the cut, and which rule set it when it was the collection's calibrated one."""
+    return refusal_text(question, threshold, rule)
 
 
 def retrieve(question: str, retriever: Retriever, settings: Settings, reranker: Reranker | None = None,

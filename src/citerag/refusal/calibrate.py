@@ -6,17 +6,25 @@ collection's own encoder; the cut minimises  cost_ratio * (bank questions answer
 + (synthetic questions refused) / synthetic  (rates, so the two sets weigh the same whatever their sizes),
 ties going to fewer bluffs, and of the run of cuts that achieve it, the middle (rounded to 3 decimals): the widest
 margin to the questions either side.
+
+Languages: the collection's are detected on a seeded sample of its chunks; each language with a real share
+(MIN_SHARE) contributes its bank (English where it has none), so a mixed German and English collection is fitted
+on both banks. A collection of one language phrases every synthetic question in it; a mixed one phrases each in
+its chunk's language.
 """
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
 
 from citerag.errors import CiteragError
-from citerag.refusal.bank import load_bank
+from citerag.lang import DEFAULT, detect
+from citerag.refusal.bank import bank_language, load_bank
 from citerag.refusal.rule import RefusalRule
 from citerag.refusal.synthetic import synthetic_questions
 from citerag.types import StoredChunk
@@ -27,6 +35,10 @@ MIN_SYNTHETIC = 20  # fewer and the cut is noise: the collection keeps the thres
 # A handful of chunks gives many questions that are rewordings of each other: no evidence about real ones.
 MIN_CHUNKS = 20
 SEED = 13
+LANGUAGE_SAMPLE = 300  # chunks whose language is detected: enough to see a share of MIN_SHARE
+# A language this share of the sampled chunks makes up is one the collection is written in: its questions are
+# expected, so its bank and phrasing are used. Below it: code listings, quotations, detector noise.
+MIN_SHARE = 0.2
 
 # The best-hit cosine distance of each question (dense, exact): what the collection supplies.
 BestDistances = Callable[[Sequence[str]], list[float]]
@@ -58,6 +70,21 @@ def _summary(values: Sequence[float]) -> list[float]:
     return [round(float(np.min(values)), 6), round(float(np.median(values)), 6), round(float(np.max(values)), 6)]
 
 
+def language_shares(chunks: Sequence[StoredChunk], sample: int = LANGUAGE_SAMPLE,
+                    seed: int = SEED) -> dict[str, float]:
+    """The share of each detected language among a seeded sample of the chunks, largest first."""
+    picked = random.Random(seed).sample(list(chunks), min(sample, len(chunks)))
+    counts = Counter(detect(c.content) for c in picked)
+    return {code: round(n / len(picked), 3) for code, n in counts.most_common()} if picked else {}
+
+
+def collection_languages(shares: dict[str, float], min_share: float = MIN_SHARE) -> list[str]:
+    """The languages a collection is written in: those of at least `min_share`, else its largest; English for
+    none."""
+    chosen = [code for code, share in shares.items() if share >= min_share]
+    return chosen or list(shares)[:1] or [DEFAULT]
+
+
 def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_distances: BestDistances,
              cost_ratio: float = COST_RATIO, synthetic: int = SYNTHETIC, seed: int = SEED) -> RefusalRule:
     """The calibrated rule of a collection with these chunks. Raises TooSmall under MIN_CHUNKS chunks or
@@ -65,11 +92,16 @@ def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_d
     if len(chunks) < MIN_CHUNKS:
         raise TooSmall(f"{len(chunks)} chunks are too few to calibrate on (at least {MIN_CHUNKS}): the threshold "
                        "setting stays in use")
-    questions = [q.query for q in synthetic_questions(chunks, synthetic, seed)]
+    shares = language_shares(chunks, seed=seed)
+    languages = collection_languages(shares)
+    # One language: every question in it (a code listing's chunk still gets a German stem in a German manual).
+    phrase_in = languages[0] if len(languages) == 1 else None
+    questions = [q.query for q in synthetic_questions(chunks, synthetic, seed, phrase_in)]
     if len(questions) < MIN_SYNTHETIC:
         raise TooSmall(f"only {len(questions)} synthetic questions could be made from {len(chunks)} chunks "
                        f"(at least {MIN_SYNTHETIC} are needed): the threshold setting stays in use")
-    bank = [b.query for b in load_bank()]
+    banks = list(dict.fromkeys(bank_language(code) for code in languages))
+    bank = [b.query for code in banks for b in load_bank(code)]
     distances = best_distances([*questions, *bank])
     inside, outside = distances[:len(questions)], distances[len(questions):]
     cut = choose_cut(inside, outside, cost_ratio)
@@ -77,7 +109,8 @@ def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_d
                        documents=documents, chunks=len(chunks), synthetic=len(inside),
                        synthetic_refused=sum(d >= cut for d in inside), bank=len(outside),
                        bank_answered=sum(d < cut for d in outside), cost_ratio=cost_ratio, seed=seed,
-                       synthetic_best=_summary(inside), bank_best=_summary(outside))
+                       synthetic_best=_summary(inside), bank_best=_summary(outside), languages=banks,
+                       language_shares=shares)
 
 
 def needs_refit(rule: RefusalRule | None, documents: int, encoder: str, moved: float = 0.10) -> bool:

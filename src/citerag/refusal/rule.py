@@ -16,7 +16,8 @@ from typing import Any
 from citerag.search.gate import gate
 from citerag.types import Hit
 
-RULE_VERSION = 1
+# 2: the languages the rule was fitted in (`languages`, `language_shares`); a version-1 rule reads as English.
+RULE_VERSION = 2
 
 
 @dataclass
@@ -39,6 +40,10 @@ class RefusalRule:
     # Best-hit distances the cut was chosen from, summarised: (min, median, max) of each set.
     synthetic_best: list[float] = field(default_factory=list)
     bank_best: list[float] = field(default_factory=list)
+    # The languages whose banks and question stems it was fitted with (a rule stored before languages were
+    # recorded was fitted in English), and the share of each language among a sample of the collection's chunks.
+    languages: list[str] = field(default_factory=lambda: ["en"])
+    language_shares: dict[str, float] = field(default_factory=dict)
 
     def gate(self, hits: list[Hit], max_sources: int) -> list[Hit]:
         """The hits an answer may use, rank order; empty means NO ANSWER."""
@@ -47,7 +52,8 @@ class RefusalRule:
     def describe(self) -> str:
         """One line: the cut and its figures on the sets it was fitted on."""
         return (f"cosine distance < {self.threshold:.3f} (calibrated {self.fitted_at} on {self.documents} documents, "
-                f"{self.encoder}): refuses {self.synthetic_refused}/{self.synthetic} synthetic in-domain questions, "
+                f"{self.encoder}, {'+'.join(self.languages)}): refuses {self.synthetic_refused}/{self.synthetic} "
+                "synthetic in-domain questions, "
                 f"answers {self.bank_answered}/{self.bank} out-of-domain bank questions")
 
     def to_json(self) -> str:

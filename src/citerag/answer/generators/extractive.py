@@ -1,4 +1,5 @@
-"""Extractive answers: the cited chunks' most relevant sentences, each marked [n]. No LLM."""
+"""Extractive answers: the cited chunks' most relevant sentences, each marked [n], quoted in their own language.
+No LLM."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import re
 
 import numpy as np
 
+from citerag.answer.messages import message, question_language
 from citerag.embed import Encoder
 from citerag.types import Citation
 
@@ -38,7 +40,8 @@ class ExtractiveGenerator:
     def generate(self, question: str, sources: list[Citation], prompt: str) -> str:
         candidates = [(c.index, pos, s) for c in sources for pos, s in enumerate(sentences(c.quote))]
         if not candidates:
-            return "The sources found do not contain a sentence that answers this. " + \
+            # The only words of an extractive answer that are not quoted: in the question's language.
+            return message("no_sentence", question_language(question)) + " " + \
                 " ".join(f"[{c.index}]" for c in sources)
         vectors = self.encoder.encode([question] + [s for _, _, s in candidates])
         scores = vectors[1:] @ vectors[0]
