@@ -53,7 +53,7 @@ from citerag.refusal import RefusalRule
 from citerag.search import MODES, Retriever
 from citerag.search.gate import gate  # the refusal rule, exported for the evaluation's threshold sweep
 from citerag.search.retriever import hits_from_rows
-from citerag.settings import Settings, load_settings, set_in_config_file
+from citerag.settings import DEFAULT_ENCODER, Settings, load_settings, set_in_config_file
 from citerag.store import ChunkStats, Store, open_store_url
 from citerag.trace import OPERATION, configure, current_trace_id, hit_attributes, sink, traced_events, tracer
 from citerag.trace.setup import Sink
@@ -789,7 +789,7 @@ def extract_file(path: Path, title: str | None = None) -> Extracted:
 
 
 def chunk_file(path: Path, strategy: str, target: int, overlap: int, title: str | None = None,
-               embedding_model: str = "all-MiniLM-L6-v2", percentile: float = 95.0) -> list[Chunk]:
+               embedding_model: str = DEFAULT_ENCODER, percentile: float = 95.0) -> list[Chunk]:
     """How one file is cut under a strategy: what `citerag chunk` shows. `embedding_model` is loaded only for
     a strategy that embeds sentences to cut (G)."""
     from citerag.chunk import chunk_extracted

@@ -329,7 +329,7 @@ class Indexer:
             # Strategy G embeds sentences to place its cuts; the encoder is loaded only if it does.
             chunks = chunk_extracted(extracted, s.strategy, s.target, s.overlap,
                                      embed=lambda texts: self._encoder().encode(texts),
-                                     percentile=s.semantic_percentile)
+                                     percentile=s.semantic_percentile, language=language)
             span.set_attributes({"citerag.strategy": s.strategy, "citerag.chunks.count": len(chunks),
                                  "citerag.chunks.starts": [c.start for c in chunks],
                                  "citerag.chunks.ends": [c.end for c in chunks]})

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from citerag import lang
 from citerag.answer.check import CheckedStream, check_citations
 from citerag.answer.citations import cite
 from citerag.answer.generators.base import Generator
@@ -103,7 +104,8 @@ def answer_events(question: str, hits: list[Hit], generator: Generator, canonica
     timings["generate"] = time.perf_counter() - t0
     # The model may only write [n] for a source it was given: anything else is removed and reported.
     with tracer.start_as_current_span("citerag.check") as span:
-        text, check = check_citations(raw, len(citations))
+        # Sentences are split in the answer's own language, so "z. B." in a German answer ends no sentence.
+        text, check = check_citations(raw, len(citations), lang.detect(raw))
         if rest := checked.finish(text):
             yield "delta", rest
         span.set_attributes({"citerag.check.valid_markers": check.valid_markers,

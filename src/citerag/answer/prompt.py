@@ -8,7 +8,8 @@ INSTRUCTIONS = (
     "Answer the question using only the numbered sources below.\n"
     "Cite every claim as [n], where n is the number of the source that supports it. "
     "Write no links and no source names: only [n].\n"
-    "If the sources do not contain the answer, say so."
+    "If the sources do not contain the answer, say so.\n"
+    "Answer in the language the question is written in."
 )
 
 

@@ -12,13 +12,16 @@ from citerag.errors import CiteragError
 log = logging.getLogger("citerag")
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def load_encoder(name: str) -> Encoder:
-    """A packaged model by name (all-MiniLM-L6-v2, use-multilingual-v3, multilingual-e5-small) or a local
+    """A packaged model by name (all-MiniLM-L6-v2, use-multilingual-v3, multilingual-e5-small), a fusion of them
+    (minilm+use, the default; minilm+e5+use: citerag.embed.fused) or a local
     sentence-transformers folder. An encoder may also have `encode_queries(texts)` for models that embed
     questions differently from passages (E5's prefixes); the retriever uses it when present."""
-    from citerag.embed import e5_small, use_multilingual
+    from citerag.embed import e5_small, fused, use_multilingual
 
+    if (parts := fused.part_names(name)) is not None:
+        return fused.FusedEncoder(name, [load_encoder(p) for p in parts])
     if name in use_multilingual.ALIASES:
         return use_multilingual.UseMultilingualEncoder(use_multilingual.NAME)
     if name in e5_small.ALIASES:

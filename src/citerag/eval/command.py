@@ -13,6 +13,7 @@ import click
 from citerag.app import MODES, AskOptions, Citerag, Collection, Settings
 from citerag.cli_options import generator_options
 from citerag.errors import CiteragError
+from citerag.settings import DEFAULT_ENCODER
 
 ALL_STRATEGIES = "A,B,C,D,E,F"
 
@@ -91,8 +92,9 @@ def dev_set(folder: Path) -> DevSet:
               help="phrases.jsonl: exact-words queries (text pasted from the corpus), scored apart.")
 @click.option("--strategies", default=ALL_STRATEGIES, show_default=True, help="Chunking strategies, comma-separated.")
 @click.option("--retrievers", default=",".join(MODES), show_default=True, help=", ".join(MODES) + ".")
-@click.option("--embedders", default="all-MiniLM-L6-v2", show_default=True,
-              help="Embedding models, comma-separated (all-MiniLM-L6-v2, use-multilingual-v3, multilingual-e5-small).")
+@click.option("--embedders", default=DEFAULT_ENCODER, show_default=True,
+              help="Embedding models, comma-separated (minilm+use, all-MiniLM-L6-v2, use-multilingual-v3, "
+              "multilingual-e5-small, minilm+e5+use).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=True, file_okay=False), default=Path("eval-report"),
               show_default=True, help="Where report.json, report.md and report.html go.")
 @click.option("--cache", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -109,7 +111,7 @@ def dev_set(folder: Path) -> DevSet:
               help="Leave out corpus files whose name or relative path matches (repeatable), e.g. '*.pdf'.")
 @click.option("--vector-index", type=click.Choice(["exact", "hnsw"]), default="exact", show_default=True,
               help="Dense search: exact (what the baseline measures) or the approximate HNSW graph.")
-@click.option("--lexical", type=click.Choice(["reference", "stemmed"]), default="reference", show_default=True,
+@click.option("--lexical", type=click.Choice(["reference", "stemmed"]), default="stemmed", show_default=True,
               help="Tokenisation of BM25 and exact words: the reference's [a-z0-9]+ or stemmed Unicode words.")
 @click.option("--no-html", is_flag=True, help="Skip report.html and its PNGs (no matplotlib needed).")
 @click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,

@@ -13,9 +13,10 @@ from citerag.eval.metrics import RECALL_KS, estimate, latency, recall_curve, sum
 from citerag.eval.paired import paired, paired_rr
 from citerag.eval.runner import DEPTH, QueryResult, Run
 from citerag.eval.truth import OodQuery, Question, fingerprint
+from citerag.settings import DEFAULT_ENCODER
 
 SCHEMA = "citerag-eval-report/1"
-PRIMARY = ("E", "dense", "all-MiniLM-L6-v2")
+PRIMARY = ("E", "dense", DEFAULT_ENCODER)
 
 
 def _scored(results: dict[str, QueryResult]) -> list[Scored]:
@@ -137,7 +138,8 @@ def attach_baseline(report: dict[str, Any], path: str, result: GateResult) -> No
 
 
 def primary(report: dict[str, Any]) -> dict[str, Any]:
-    """The configuration the threshold pictures describe: E/dense/MiniLM when present, else the first."""
+    """The configuration the threshold pictures describe: E/dense with the default encoder when present, else the
+    first."""
     confs = report["configurations"]
     want = f"{PRIMARY[0]}/{PRIMARY[1]}/{PRIMARY[2]}"
     return next((c for c in confs if c["id"] == want), confs[0])

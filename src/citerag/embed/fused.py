@@ -1,0 +1,58 @@
+"""Several packaged encoders side by side in one vector: `minilm+use`, the default, and `minilm+e5+use`.
+
+Each text's unit vectors are concatenated and scaled by 1/sqrt(n), so the result is a unit vector and the
+cosine of two texts is the mean of the models' cosines: score fusion done by the vector index itself, with one
+vector per chunk, one stamp, one distance scale and one calibrated refusal rule.
+
+Why the default is MiniLM + USE multilingual (docs/multilingual.md has the paired tests): MiniLM is the best
+single encoder for English and weak in German; USE and E5 serve German and cross-lingual questions. Fused
+with USE, English questions rank as with MiniLM alone or better, and German ones gain what USE brings, for
+about a third more embedding time. E5 added (`minilm+e5+use`) wins more German questions, for about ten times
+the embedding time, so it is the option, not the default. Routing each question to one model by its language
+was measured too; it gives up the English gain and would put two distance scales under one refusal cut.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from citerag.embed.base import Encoder, check_unit, encode_queries
+
+SEPARATOR = "+"
+# Short names a fused model's name is written with, and the packaged model each stands for.
+PARTS = {"minilm": "all-MiniLM-L6-v2", "use": "use-multilingual-v3", "e5": "multilingual-e5-small"}
+
+
+def part_names(name: str) -> list[str] | None:
+    """The packaged models a fused name stands for ("minilm+use" -> [MiniLM, USE]); None for any other name."""
+    short = name.split(SEPARATOR)
+    if len(short) < 2 or len(set(short)) != len(short) or not all(s in PARTS for s in short):
+        return None
+    return [PARTS[s] for s in short]
+
+
+class FusedEncoder:
+    def __init__(self, name: str, parts: Sequence[Encoder]) -> None:
+        self.name = name
+        self.parts = tuple(parts)
+        self.dim = sum(p.dim for p in self.parts)
+        # A chunk must fit every window: the smallest counts, and its word pieces are the ones reported.
+        self._window = min(self.parts, key=lambda p: p.max_tokens)
+        self.max_tokens = self._window.max_tokens
+        self._scale = np.float32(1.0 / math.sqrt(len(self.parts)))
+
+    def _join(self, blocks: list[np.ndarray]) -> np.ndarray:
+        joined = np.hstack([np.asarray(b, dtype=np.float32) for b in blocks]) * self._scale
+        return check_unit(joined, self.name)
+
+    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self._join([p.encode(texts, progress) for p in self.parts])
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._join([encode_queries(p, texts) for p in self.parts])
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return self._window.count_tokens(texts)
