@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from citerag.app import AskOptions, Citerag, SearchOptions, Settings, Source
+from citerag.embed import encode_queries, load_encoder
 from citerag.errors import CiteragError
-from citerag.settings import SettingsError
+from citerag.settings import DEFAULT_ENCODER, SettingsError
 from citerag.types import Citation
 from corpus_paths import DATA, DEV_CORPUS, DEV_SET
 
@@ -63,21 +64,21 @@ def test_documents_are_stamped_and_counted_by_the_indexer(built: Citerag) -> Non
     assert {d.status for d in docs} == {"indexed"}
     for d in docs:
         assert d.chunk_count == sum(c.document_id == d.id for c in chunks) > 0
-        assert d.stamps["embedding_model"] == "all-MiniLM-L6-v2" and d.stamps["embedding_dim"] == 384
+        assert d.stamps["embedding_model"] == DEFAULT_ENCODER and d.stamps["embedding_dim"] == 896
         assert d.stamps["strategy"] == "E" and d.stamps["strategy_params"] == {"target": 512, "overlap": 0}
         assert d.stamps["extractor"] in ("html", "markdown") and d.stamps["pipeline_version"]
-    snapshot = built.collection().store.snapshot("all-MiniLM-L6-v2")
+    snapshot = built.collection().store.snapshot(DEFAULT_ENCODER)
     assert np.allclose(np.linalg.norm(snapshot.vectors, axis=1), 1.0, atol=1e-4)
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
-def test_every_hit_carries_its_true_cosine_distance(built: Citerag, encoder, mode: str) -> None:  # type: ignore[no-untyped-def]
+def test_every_hit_carries_its_true_cosine_distance(built: Citerag, mode: str) -> None:
     query = QUESTIONS["dr-27-doc"]["query"]
     result = built.search(query, SearchOptions(mode=mode, k=10))
     hits = result.hits
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1)) and hits
-    snapshot = built.collection().store.snapshot("all-MiniLM-L6-v2")
-    q = encoder.encode([query])[0]
+    snapshot = built.collection().store.snapshot(DEFAULT_ENCODER)
+    q = encode_queries(load_encoder(DEFAULT_ENCODER), [query])[0]
     index = {c.id: i for i, c in enumerate(snapshot.chunks)}
     for h, c in zip(hits, result.citations, strict=True):
         assert h.cosine_distance == pytest.approx(1 - float(snapshot.vectors[index[h.chunk.id]] @ q), abs=1e-5)
@@ -162,7 +163,7 @@ def test_reingest_touches_only_what_changed(small_corpus: Path, tmp_path: Path) 
 
     def chunk_ids() -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
-        for c in store.snapshot("all-MiniLM-L6-v2").chunks:
+        for c in store.snapshot(DEFAULT_ENCODER).chunks:
             out.setdefault(c.document_id, []).append(c.id)
         return out
 
@@ -302,7 +303,7 @@ def test_collections_are_apart_and_share_the_encoder(tmp_path: Path) -> None:
     assert {Path(c.source_path).name for c in a.search("password", SearchOptions(k=20)).citations} == {"apa.en.html"}
     assert {Path(c.source_path).name for c in b.search("password", SearchOptions(k=20)).citations} == {"ch04.md"}
     assert b.ask("How do I bake sourdough bread?").answer.startswith("NO ANSWER: nothing under cosine distance 0.3 ")
-    assert app.encoder("all-MiniLM-L6-v2") is a.indexer._encoder() is b.indexer._encoder()
+    assert app.encoder(DEFAULT_ENCODER) is a.indexer._encoder() is b.indexer._encoder()
     with pytest.raises(CiteragError, match="already open"):
         app.open_collection(Settings(index_dir=tmp_path / "c", collection="team-a"), create=True)
     app.close()
@@ -313,7 +314,7 @@ def test_ingest_saves_the_search_indexes_a_fresh_process_opens(built: Citerag, t
     folder) searches the same hits with what was saved, without rebuilding or saving anything."""
     collection = built.collection()
     folder = collection.settings.sqlite_dir
-    manifest = json.loads((folder / "search" / "all-MiniLM-L6-v2-exact" / "manifest.json").read_text())
+    manifest = json.loads((folder / "search" / "minilm_use-exact" / "manifest.json").read_text())
     assert manifest["generation"] == collection.store.generation()
     query = "How do I list the packages that use the most disk space?"
     want = [(c.source_path, c.start) for c in built.search(query, SearchOptions(mode="hybrid", k=8)).citations]

@@ -14,6 +14,9 @@ import pytest
 from citerag.eval.answers import parse_judge
 from citerag.eval.paired import paired_rr
 
+# These tests are about the evaluation machinery: MiniLM alone keeps them fast and their names stable.
+MINILM = ("--embedders", "all-MiniLM-L6-v2")
+
 
 def citerag(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "citerag.cli", *map(str, args)], capture_output=True, text=True,
@@ -27,15 +30,18 @@ def reranked(tiny_set: dict[str, Path]) -> dict[str, Any]:
     root = tiny_set["root"]
     ix = root / "rr-index"
     out = root / "cli-rr"
-    first = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--ood",
-                    tiny_set["ood"], "--strategies", "E", "--retrievers", "dense", "--no-html", "--out", root / "gen",
+    first = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions",
+                    tiny_set["questions"], "--ood", tiny_set["ood"], "--strategies", "E", "--retrievers", "dense",
+                    "--no-html", "--out", root / "gen",
                     "--cache", tiny_set["cache"], "--generate")
     assert first.returncode == 0, first.stderr
     shutil.copytree(tiny_set["cache"] / "all-MiniLM-L6-v2" / "E", ix)
+    (ix / "config.toml").write_text('embedding_model = "all-MiniLM-L6-v2"\n')  # the model that index was built with
     trained = citerag("train-reranker", "--index", ix, "--out", root / "rr-model", "--pairs", "64", "--json")
     assert trained.returncode == 0, trained.stderr
-    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--ood",
-                   tiny_set["ood"], "--strategies", "E", "--retrievers", "dense,hybrid", "--out", out,
+    done = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions",
+                   tiny_set["questions"], "--ood", tiny_set["ood"], "--strategies", "E", "--retrievers", "dense,hybrid",
+                   "--out", out,
                    "--cache", tiny_set["cache"], "--rerank", root / "rr-model", "--shortlist", "25", "--generate")
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
@@ -97,7 +103,7 @@ def test_generate_matches_the_sweep_without_rerank(reranked: dict[str, Any]) -> 
     (["--judge"], "--judge needs --generate"),
 ])
 def test_judge_needs_an_llm_generator(tiny_set: dict[str, Path], args: list[str], message: str) -> None:
-    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--out",
+    done = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--out",
                    tiny_set["root"] / "cli-judge", *args)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# These tests are about the evaluation machinery: MiniLM alone keeps them fast and their names stable.
+MINILM = ("--embedders", "all-MiniLM-L6-v2")
+
 
 def citerag(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "citerag.cli", *map(str, args)], capture_output=True, text=True,
@@ -20,8 +23,9 @@ def citerag(*args: str | Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def first_run(tiny_set: dict[str, Path]) -> Path:
     out = tiny_set["root"] / "cli-1"
-    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--ood",
-                   tiny_set["ood"], "--strategies", "E", "--retrievers", "dense,hybrid", "--out", out,
+    done = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions",
+                   tiny_set["questions"], "--ood", tiny_set["ood"], "--strategies", "E", "--retrievers", "dense,hybrid",
+                   "--out", out,
                    "--cache", tiny_set["cache"])
     assert done.returncode == 0, done.stderr
     return out
@@ -46,7 +50,7 @@ def test_reports_are_written(first_run: Path) -> None:
 
 def test_gate_passes_against_an_equal_run_and_fails_on_a_damaged_corpus(
         first_run: Path, tiny_set: dict[str, Path]) -> None:
-    common = ["eval", "--questions", tiny_set["questions"], "--ood", tiny_set["ood"], "--strategies", "E",
+    common = ["eval", *MINILM, "--questions", tiny_set["questions"], "--ood", tiny_set["ood"], "--strategies", "E",
               "--retrievers", "dense,hybrid", "--no-html", "--baseline", first_run / "report.json", "--gate"]
     same = citerag(*common, "--corpus", tiny_set["corpus"], "--cache", tiny_set["cache"],
                    "--out", tiny_set["root"] / "cli-2")
@@ -85,7 +89,7 @@ def test_gate_passes_against_an_equal_run_and_fails_on_a_damaged_corpus(
     (["--embedders", "no-such-model"], "no-such-model"),
 ])
 def test_user_errors_are_one_line(tiny_set: dict[str, Path], args: list[str], message: str) -> None:
-    done = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--out",
+    done = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--out",
                    tiny_set["root"] / "cli-err", "--cache", tiny_set["root"] / "cache-err", *args)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
@@ -101,7 +105,8 @@ def test_bad_ground_truth_is_one_line(tmp_path: Path, tiny_set: dict[str, Path])
 
 def test_a_dev_set_folder_is_one_command_and_exact_words_are_scored_apart(tiny_set: dict[str, Path]) -> None:
     out = tiny_set["root"] / "devset"
-    done = citerag("eval", "--dev-set", tiny_set["root"], "--strategies", "E", "--retrievers", "dense,adaptive",
+    done = citerag("eval", *MINILM, "--dev-set", tiny_set["root"], "--strategies", "E",
+                   "--retrievers", "dense,adaptive",
                    "--cache", tiny_set["cache"], "--out", out, "--no-html")
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))

@@ -22,6 +22,7 @@ from citerag.refusal import RefusalRule
 from citerag.refusal.bank import BANK_LANGUAGES, load_bank
 from citerag.refusal.calibrate import MIN_SYNTHETIC, TooSmall, choose_cut, needs_refit
 from citerag.refusal.synthetic import PHRASINGS, synthetic_questions
+from citerag.settings import DEFAULT_ENCODER
 from corpus_paths import DEV_CORPUS, DEV_SET
 
 CHAPTERS = ("pr01.en.html", "ch03.en.html", "ch08.en.html")
@@ -52,7 +53,7 @@ def app(index: Path) -> Iterator[Citerag]:
 
 def test_ingest_leaves_a_calibrated_rule_that_a_new_process_reads(app: Citerag) -> None:
     rule = app.collection().refusal_rule()
-    assert rule is not None and rule.encoder == "all-MiniLM-L6-v2" and rule.documents == len(CHAPTERS)
+    assert rule is not None and rule.encoder == DEFAULT_ENCODER and rule.documents == len(CHAPTERS)
     assert rule.synthetic >= MIN_SYNTHETIC and rule.bank == len(load_bank())
     # An English collection: the English bank and stems only.
     assert rule.languages == ["en"] and rule.language_shares["en"] >= 0.9

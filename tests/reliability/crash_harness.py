@@ -55,7 +55,7 @@ MAX_DELAY_S = 0.3  # a timed kill lands this long at most after the chosen commi
 TRANSACTION_WAIT_S = 4.0  # how long a kill aimed at an open write transaction waits to see one
 SEED = int(os.environ.get("CITERAG_CRASH_SEED", "1313"))
 UNIT_TOLERANCE = 1e-3  # the stores refuse vectors further than this from unit length
-DIM = 384  # all-MiniLM-L6-v2's vectors (the default, real encoder)
+DIM = 896  # minilm+use's vectors (the default, real encoder: 384 of MiniLM + 512 of USE)
 QUERIES = ("How do I configure the network interface?", "package management with apt and aptitude",
            "backup of the home directory", "Which shell startup files are read at login?")
 ASK = "How do I upgrade the whole system to a new release?"

@@ -46,7 +46,7 @@ LATE = """# A late arrival
 A paragraph added to the folder while its index was read-only: the locale is regenerated with dpkg-reconfigure
 locales after every upgrade, and the default editor is chosen with update-alternatives.
 """
-MODEL = "all-MiniLM-L6-v2"
+MODEL = "minilm+use"  # the default encoder (citerag.settings.DEFAULT_ENCODER)
 
 
 # The file system under test.

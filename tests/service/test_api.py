@@ -17,6 +17,7 @@ from service_fixtures import MIXED, Deployment
 
 from citerag.errors import CiteragError
 from citerag.service.state import ServiceConfig
+from citerag.settings import DEFAULT_ENCODER
 from corpus_paths import DEV_SET
 
 QUESTIONS = [json.loads(line) for line in (DEV_SET / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -62,7 +63,7 @@ def test_mixed_folder_is_indexed_with_stamps(deployment: Deployment) -> None:
     for path in MIXED:
         doc = docs[path.name]
         assert doc["status"] == "indexed", doc
-        assert doc["chunk_count"] > 0 and doc["stamps"]["embedding_model"] == "all-MiniLM-L6-v2"
+        assert doc["chunk_count"] > 0 and doc["stamps"]["embedding_model"] == DEFAULT_ENCODER
         assert doc["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
