@@ -34,5 +34,5 @@ def test_the_cross_lingual_sets_are_built_from_their_sources() -> None:
                                               ("debian-reference-en-de", "debian-reference-de")])
 def test_a_cross_lingual_set_asks_over_the_other_sets_corpus(name: str, corpus: str) -> None:
     found = dev_set(EVAL / name)
-    assert found.corpus == (EVAL / corpus / "corpus").resolve()
+    assert found.corpus.resolve() == (EVAL / corpus / "corpus").resolve()
     assert found.questions.read_text(encoding="utf-8").count("\n") == 80

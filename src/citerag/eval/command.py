@@ -66,7 +66,7 @@ def dev_set(folder: Path) -> DevSet:
         try:
             data = json.loads(manifest.read_text(encoding="utf-8"))
             exclude = tuple(str(g) for g in data.get("exclude", []))
-            corpus = (folder / str(data.get("corpus", "corpus"))).resolve()
+            corpus = folder / str(data.get("corpus", "corpus"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError) as exc:
             raise CiteragError(f"cannot read {manifest}: {exc}") from exc
     else:
