@@ -41,9 +41,10 @@ from corpus100 import COUNT, make_corpus
 from citerag.app import AskOptions, Citerag, EmptyCollection, SearchOptions
 from citerag.chunk import chunk_extracted
 from citerag.extract import extractor_for
+from citerag.lang import detect
 from citerag.local_postgres import free_port
+from citerag.search.analyzer import Analyzer
 from citerag.settings import Settings, load_settings
-from citerag.text import tokenize
 
 DOCUMENTS = COUNT  # the folder every chain indexes
 # Kills per store backend and entry point: at least 20 per backend (issue 13). docs/reliability.md cites these.
@@ -103,10 +104,10 @@ class Corpus:
         assert extractor is not None, name
         extracted = extractor.extract(data, path)
         s = self.settings
-        chunks = chunk_extracted(extracted, s.strategy, s.target, s.overlap)
+        chunks = chunk_extracted(extracted, s.strategy, s.target, s.overlap, language=detect(extracted.text))
         return Version(number, data, hashlib.sha256(data).hexdigest(), extracted.text,
                        tuple((c.start, c.end, c.text) for c in chunks),
-                       sum(len(set(tokenize(c.text))) for c in chunks))
+                       sum(len(set(Analyzer(s.lexical).terms(c.text))) for c in chunks))
 
     def latest(self, name: str) -> Version:
         return self.versions[name][-1]
@@ -213,7 +214,8 @@ class SqliteRows:
         from citerag.store.sqlite import SqliteStore
 
         s = self.settings
-        indexes = load(index_dir(s.sqlite_dir, s.embedding_model, s.vector_index), s.embedding_model, s.vector_index)
+        indexes = load(index_dir(s.sqlite_dir, s.embedding_model, s.vector_index), s.embedding_model, s.vector_index,
+                       Analyzer(s.lexical))
         saved = indexes.generation if indexes.generation >= 0 else None
         store = SqliteStore(s.sqlite_dir)
         try:

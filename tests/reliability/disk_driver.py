@@ -158,6 +158,8 @@ def examine(ix: Path, model: str = MODEL, kind: str = "exact") -> dict[str, Any]
     from citerag.chunk import chunk_extracted
     from citerag.extract import extractor_for
     from citerag.index.sync import MANIFEST, _files, index_dir, load
+    from citerag.lang import detect
+    from citerag.search.analyzer import Analyzer
     from citerag.settings import Settings
     from citerag.store.sqlite import SqliteStore
 
@@ -180,7 +182,8 @@ def examine(ix: Path, model: str = MODEL, kind: str = "exact") -> dict[str, Any]
             extractor = extractor_for(Path(doc.name))
             assert extractor is not None, doc.name
             extracted = extractor.extract(data, Path(doc.name))
-            expected = chunk_extracted(extracted, defaults.strategy, defaults.target, defaults.overlap)
+            expected = chunk_extracted(extracted, defaults.strategy, defaults.target, defaults.overlap,
+                                       language=detect(extracted.text))
             whole = (text == extracted.text and doc.chunk_count == len(chunks)
                      and [(c.ordinal, c.start, c.end, c.content, c.text) for c in chunks]
                      == [(i, c.start, c.end, c.content, c.text) for i, c in enumerate(expected)]
@@ -192,7 +195,7 @@ def examine(ix: Path, model: str = MODEL, kind: str = "exact") -> dict[str, Any]
         folder = index_dir(ix, model, kind)
         manifest = json.loads((folder / MANIFEST).read_text()) if (folder / MANIFEST).exists() else None
         with captured_warnings() as warnings:
-            saved = load(folder, model, kind)
+            saved = load(folder, model, kind, Analyzer(defaults.lexical))
             loaded = live_ids(saved.vector)
             lexical_loaded = live_ids(saved.lexical)
             with store.view() as view:
@@ -366,7 +369,8 @@ def scenario_index_files(work: Path) -> dict[str, Any]:
     failed save the previous manifest and all its files still load and search, and the failed save's files are
     gone; the save that fits is loadable and equal to the store."""
     import citerag.index.sync as sync
-    from citerag.app import discover
+    from citerag.app import Settings, discover
+    from citerag.search.analyzer import Analyzer
 
     docs = work / "docs"
     make_corpus(docs)
@@ -393,7 +397,7 @@ def scenario_index_files(work: Path) -> dict[str, Any]:
             collection = app.collection()
             app.ingest(files[:20])  # the previous state: saved, with a graph
             first = json.loads((folder / sync.MANIFEST).read_text())
-            first_ids = live_ids(sync.load(folder, "hash-64", kind).vector)
+            first_ids = live_ids(sync.load(folder, "hash-64", kind, Analyzer(Settings().lexical)).vector)
             query = collection.app.encoder("hash-64").encode(["locale settings"])[0]
             # Committed to the store without saving (a save is what fails here): 60 documents, ~400 chunks, so the
             # next save extends the vectors, writes a new graph (past 256 new rows), segments and tables.
@@ -407,7 +411,7 @@ def scenario_index_files(work: Path) -> dict[str, Any]:
                 filler.unlink()
                 manifest = json.loads((folder / sync.MANIFEST).read_text())
                 saved = manifest["token"] != first["token"]
-                state = sync.load(folder, "hash-64", kind)
+                state = sync.load(folder, "hash-64", kind, Analyzer(Settings().lexical))
                 ids = live_ids(state.vector)
                 probe = state.vector.search(query, 5)[0] if state.vector is not None else []
                 lexical = state.lexical.search("locale settings", 5)[0]
