@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from citerag.app import AskOptions, Citerag, SearchOptions, Settings, Source
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions, SearchOptions
 from citerag.embed import encode_queries, load_encoder
 from citerag.errors import CiteragError
-from citerag.settings import DEFAULT_ENCODER, SettingsError
+from citerag.ingest import Source
+from citerag.settings import DEFAULT_ENCODER, Settings, SettingsError
 from citerag.types import Citation
 from corpus_paths import DATA, DEV_CORPUS, DEV_SET
 
@@ -326,3 +328,34 @@ def test_ingest_saves_the_search_indexes_a_fresh_process_opens(built: Citerag, t
     assert indexes is not None and indexes.token == manifest["token"]  # loaded, not rebuilt and saved anew
     assert got == want and len(want) == 8
     reader.close()
+
+
+def test_a_question_reads_one_store_view_and_runs_the_gate_once(built: Citerag, spy: SpyGenerator,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import citerag.answer.pipeline as pipeline
+
+    collection = built.collection()
+    views, gates = [], []
+    real_view, real_gate = collection.store.view, pipeline.gate
+
+    def counted_view():  # type: ignore[no-untyped-def]
+        views.append(1)
+        return real_view()
+
+    def counted_gate(*args, **kwargs):  # type: ignore[no-untyped-def]
+        gates.append(1)
+        return real_gate(*args, **kwargs)
+
+    monkeypatch.setattr(collection.store, "view", counted_view)
+    monkeypatch.setattr(pipeline, "gate", counted_gate)
+    question = "Which command shows the status of a service unit, counted for views?"
+    first = built.ask(question, AskOptions(threshold=1.5))
+    assert not first.refused and first.cache["answer"] is False
+    assert (len(views), len(gates), spy.calls) == (1, 1, 1)
+    again = built.ask(question, AskOptions(threshold=1.5))  # the answer cache: one view, no gate, no model
+    assert again.cache["answer"] is True and again.answer == first.answer
+    assert (len(views), len(gates), spy.calls) == (2, 1, 1)
+    refused = built.ask("How do I bake sourdough bread, counted?", AskOptions(threshold=0.01))
+    assert refused.refused and (len(views), len(gates), spy.calls) == (3, 2, 1)
+    built.search("service unit status")
+    assert (len(views), len(gates)) == (4, 2)

@@ -49,18 +49,9 @@ def retrieve(question: str, retriever: Retriever, settings: Settings, reranker: 
     return hits
 
 
-def answer_events(question: str, hits: list[Hit], generator: Generator, canonical_text: Callable[[int], str],
-                  settings: Settings, timings: dict[str, float] | None = None,
-                  started: float | None = None, rule: str = "threshold") -> Iterator[tuple[str, Any]]:
-    """Gate the ranked hits, cite what passes, generate and check; refuse without calling a model.
-
-    Yields ("citation", Citation) for each source the gate kept, ("delta", text) as the generator writes (one
-    delta for a generator that does not stream), and last ("answer", Answer): the checked answer or the refusal.
-    Deltas are the model's raw text; only the final answer has its citations checked. `started` is when the
-    question arrived (perf_counter), so that timings["total"] includes retrieval. `rule` names where
-    settings.threshold came from ("calibrated" or "threshold"), for the refusal and the trace."""
-    timings = {} if timings is None else timings
-    start = time.perf_counter() if started is None else started
+def gate_hits(hits: list[Hit], settings: Settings, rule: str = "threshold") -> tuple[list[Hit], float | None]:
+    """The hits that may be cited (the distance gate, citerag.search.gate) and the best distance of all ranked
+    hits; empty means NO ANSWER. `rule` names where settings.threshold came from, for the trace."""
     with tracer.start_as_current_span("citerag.gate") as span:
         best = min((h.cosine_distance for h in hits), default=None)
         kept = gate(hits, settings.threshold, settings.max_sources)
@@ -70,6 +61,22 @@ def answer_events(question: str, hits: list[Hit], generator: Generator, canonica
                              "citerag.gate.kept": len(kept), **hit_attributes("citerag.hits", kept)})
         if best is not None:
             span.set_attribute("citerag.gate.best_distance", round(float(best), 6))
+    return kept, best
+
+
+def answer_events(question: str, kept: list[Hit], best: float | None, generator: Generator,
+                  canonical_text: Callable[[int], str], settings: Settings, timings: dict[str, float] | None = None,
+                  started: float | None = None, rule: str = "threshold") -> Iterator[tuple[str, Any]]:
+    """Cite the hits the gate kept (gate_hits), generate and check; refuse without calling a model when it kept
+    none.
+
+    Yields ("citation", Citation) for each source, ("delta", text) as the generator writes (one delta for a
+    generator that does not stream), and last ("answer", Answer): the checked answer or the refusal. Deltas are
+    the model's raw text; only the final answer has its citations checked. `started` is when the question arrived
+    (perf_counter), so that timings["total"] includes retrieval. `rule` names where settings.threshold came from
+    ("calibrated" or "threshold"), for the refusal."""
+    timings = {} if timings is None else timings
+    start = time.perf_counter() if started is None else started
     if not kept:
         timings["total"] = time.perf_counter() - start
         yield "answer", Answer(question, True, refusal(question, settings.threshold, rule), [], timings=timings,
@@ -115,13 +122,3 @@ def answer_events(question: str, hits: list[Hit], generator: Generator, canonica
     yield "answer", Answer(question, False, text, citations, prompt, check=check, generator=generator.name,
                            timings=timings, best_distance=best, threshold=settings.threshold)
 
-
-def answer_hits(question: str, hits: list[Hit], generator: Generator, canonical_text: Callable[[int], str],
-                settings: Settings, timings: dict[str, float] | None = None, started: float | None = None) -> Answer:
-    """The final answer of answer_events (the same pipeline, read to its end)."""
-    answer: Answer | None = None
-    for kind, value in answer_events(question, hits, generator, canonical_text, settings, timings, started):
-        if kind == "answer":
-            answer = value
-    assert answer is not None
-    return answer

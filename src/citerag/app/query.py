@@ -1,0 +1,270 @@
+"""The question path, in one place: embed → retrieve → rerank → gate → cite → generate → check, with the three
+caches and the trace wrapped around it.
+
+A question reads one store view: the answer cache is keyed by the store's generation, the retrieval (or the
+cached retrieval's rows), the gate and the canonical texts of the cited documents all come from that view, and
+the generator runs after it has closed, so a slow model holds neither the indexes nor the database. The gate
+runs once: what it keeps is what is cited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import numpy as np
+
+from citerag.answer.citations import cite
+from citerag.answer.pipeline import answer_events, gate_hits, retrieve
+from citerag.app.caching import ANSWER_SETTINGS, RETRIEVAL_SETTINGS, cache_key
+from citerag.app.models import AskOptions, EmptyCollection, RefusalStatus, SearchOptions, check_text
+from citerag.app.shared import Shared
+from citerag.index.base import SearchBackend
+from citerag.search import Retriever
+from citerag.search.retriever import hits_from_rows
+from citerag.settings import Settings
+from citerag.store.base import Store
+from citerag.trace import OPERATION, current_trace_id, hit_attributes, sink, traced_events, tracer
+from citerag.trace.setup import Sink
+from citerag.types import Answer, Hit, SearchResult, answer_from_dict
+
+log = logging.getLogger("citerag")
+
+
+class Host(Protocol):
+    """What the question path needs of its collection (citerag.app.collection.Collection)."""
+
+    name: str
+    settings: Settings
+    store: Store
+    search_backend: SearchBackend
+    app: Shared
+
+    @property
+    def location(self) -> str: ...
+
+    def refusal_status(self, settings: Settings) -> RefusalStatus: ...
+
+    def persist_indexes(self) -> None: ...
+
+    def trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None) -> Sink | None: ...
+
+
+def trace_options(settings: Settings) -> dict[str, Any]:
+    """What a replay passes again (AskOptions' fields, as this query resolved them)."""
+    return {"mode": settings.mode, "k": settings.k, "rerank_model": settings.rerank_model,
+            "shortlist": settings.rerank_shortlist, "threshold": settings.threshold,
+            "max_sources": settings.max_sources, "generator": settings.generator}
+
+
+@contextmanager
+def open_retriever(host: Host, embed: Callable[[str], np.ndarray] | None = None) -> Iterator[Retriever]:
+    """A retriever over indexes as of one store view; hits and texts come from that view. The view is opened
+    inside the backend's read lock, so it is never older than the indexes it is searched with."""
+    model = host.settings.embedding_model
+    rebuilt = False
+    with host.search_backend.reading(), host.store.view() as view, host.search_backend.open(view) as indexes:
+        rebuilt = indexes.applied < 0
+        if indexes.applied and (excluded := view.excluded_documents(model)):
+            log.warning("%d document(s) indexed with another embedding model are not searched; run "
+                        "`citerag reindex --stale`", excluded)
+        if indexes.empty:
+            if view.excluded_documents(model):
+                raise EmptyCollection(f"no documents in {host.location} were indexed with {model}: "
+                                      "run `citerag reindex --stale`")
+            raise EmptyCollection(f"the index at {host.location} has no indexed documents: "
+                                  "run `citerag ingest PATH` first")
+        s = host.settings
+        yield Retriever(indexes.vector, indexes.lexical, view,
+                        embed or (lambda q: host.app.query_vector(model, q, s.cache_url, s.cache_query_ttl)),
+                        rrf_k=s.rrf_k)
+    if rebuilt:  # built from the whole store: save it so that the next process need not
+        host.persist_indexes()
+
+
+class Query:
+    """One search or question on a collection, under the settings its options resolve to."""
+
+    def __init__(self, host: Host, settings: Settings) -> None:
+        self.host, self.settings, self.shared = host, settings, host.app
+        self.timings: dict[str, float] = {}
+        self.cache: dict[str, bool] = {}
+
+    @classmethod
+    def search(cls, host: Host, query: str, options: SearchOptions | None = None) -> SearchResult:
+        check_text(query, "query")
+        self = cls(host, host.settings.with_changes(**(options or SearchOptions()).changes()))
+        settings = self.settings
+        with sink(host.trace_sink(settings, {"question": query})), \
+                tracer.start_as_current_span("citerag.search", attributes=self._operation("search")) as span:
+            vector = self._embed(query)
+            with self._retriever(query, vector) as retriever:
+                hits = self._ranked(query, retriever)[:settings.k]
+                texts = retriever.texts({h.document.id for h in hits})
+            span.set_attributes(hit_attributes("citerag.hits", hits))
+            return SearchResult(hits, cite(hits, texts.__getitem__), self.timings, self.cache,
+                                current_trace_id(span))
+
+    @classmethod
+    def ask_events(cls, host: Host, question: str, options: AskOptions | None = None) -> Iterator[tuple[str, Any]]:
+        """A question answered step by step (what a streaming client shows as it happens): ("retrieval", hits),
+        ("citation", c)..., ("delta", text)..., ("answer", Answer).
+
+        An answer in the answer cache (same collection generation, settings and question) is replayed as the
+        same events without retrieving or generating."""
+        check_text(question, "question")
+        settings = host.settings.with_changes(**(options or AskOptions()).changes())
+        # The gate's cut: the calibrated rule's unless a threshold was set; from here on it is settings.threshold
+        # (in the answer cache's key, the trace's options and a replay's), and `rule` says where it came from.
+        rule = host.refusal_status(settings)
+        if rule.rule == "calibrated":
+            settings = settings.with_changes(threshold=rule.threshold)
+        self = cls(host, settings)
+        self.cache.update(query=False, retrieval=False, answer=False)
+        # The question's trace: its span is current while each event is computed (see traced_events).
+        texts = {"question": question}
+        span = tracer.start_span("citerag.ask", attributes=self._operation("ask"))
+        return traced_events(span, self._ask(question, span, texts, rule.rule), host.trace_sink(settings, texts))
+
+    def _ask(self, question: str, span: Any, texts: dict[str, str], rule: str) -> Iterator[tuple[str, Any]]:
+        started = time.perf_counter()
+        settings = self.settings
+        with tracer.start_as_current_span("citerag.answer_cache") as cached_span:
+            # Keyed by the store's generation now; checked against the view's below (a write in between is a miss).
+            generation = self.host.store.generation() if settings.cache_answer_ttl > 0 else -1
+            blob = self.shared.cached("answer", settings.cache_url, self._key("answer", generation, question),
+                                      settings.cache_answer_ttl) if generation >= 0 else None
+            cached_span.set_attribute("citerag.cache.hit", blob is not None)
+        vector = None if blob is not None else self._embed(question)
+        with self._retriever(question, vector) as retriever:
+            if blob is not None and retriever.view.generation == generation:
+                data = json.loads(blob)
+                hits = hits_from_rows(retriever.view, data["rows"])
+                replayed: Answer | None = answer_from_dict(data["answer"])
+            else:
+                replayed = None
+                # (blob set here: the collection changed since the key was read, answered afresh)
+                generation = retriever.view.generation
+                hits = self._ranked(question, retriever)
+                kept, best = gate_hits(hits, settings, rule)
+                sources = retriever.texts({h.document.id for h in kept})
+        if replayed is not None:
+            yield from self._replay(hits, replayed, started, span, texts)
+            return
+        span.set_attributes(hit_attributes("citerag.hits", hits))
+        yield "retrieval", hits
+        # The generator runs after the read has ended: a slow model holds neither the index nor the database.
+        for kind, value in answer_events(question, kept, best, self.shared.generator(settings), sources.__getitem__,
+                                         settings, self.timings, started, rule):
+            if kind == "answer":
+                value.cache = self.cache
+                value.trace_id = current_trace_id(span)
+                texts["answer"] = value.answer
+                span.set_attribute("citerag.refused", value.refused)
+                if value.check is not None:
+                    self.shared.citation_metrics.record(value.check)
+                self._cache_answer(question, generation, hits, value)
+            yield kind, value
+
+    def _replay(self, hits: list[Hit], answer: Answer, started: float, span: Any,
+                texts: dict[str, str]) -> Iterator[tuple[str, Any]]:
+        self.cache["answer"] = True
+        answer.timings = {"total": time.perf_counter() - started}
+        answer.cache = self.cache
+        answer.trace_id = current_trace_id(span)
+        texts["answer"] = answer.answer
+        span.set_attributes({"citerag.cache.answer": True, "citerag.refused": answer.refused,
+                             **hit_attributes("citerag.hits", hits)})
+        yield "retrieval", hits
+        for citation in answer.citations:
+            yield "citation", citation
+        if not answer.refused:
+            yield "delta", answer.answer
+        yield "answer", answer
+
+    def _embed(self, text: str) -> np.ndarray:
+        """The question's vector, embedded (or taken from the cache) before the search lock: a slow encoder holds
+        nothing."""
+        started = time.perf_counter()
+        s = self.settings
+        with tracer.start_as_current_span("citerag.embed_query") as span:
+            vector = self.shared.query_vector(s.embedding_model, text, s.cache_url, s.cache_query_ttl, self.cache)
+            span.set_attributes({"citerag.cache.hit": self.cache.get("query", False),
+                                 "citerag.embedding_model": s.embedding_model})
+        self.timings["embed"] = time.perf_counter() - started
+        return vector
+
+    def _embedder(self, query: str, vector: np.ndarray | None) -> Callable[[str], np.ndarray]:
+        s = self.settings
+
+        def embed(text: str) -> np.ndarray:  # the retriever asks for the question just embedded
+            if text == query:
+                return vector if vector is not None else self._embed(text)  # (None: after a stale answer key)
+            return self.shared.query_vector(s.embedding_model, text, s.cache_url, s.cache_query_ttl)
+
+        return embed
+
+    def _retriever(self, query: str, vector: np.ndarray | None) -> Any:
+        return open_retriever(self.host, self._embedder(query, vector))
+
+    def _ranked(self, query: str, retriever: Retriever) -> list[Hit]:
+        """The ranked hits (reranked when the settings say so), from the retrieval cache when it holds them."""
+        settings, url = self.settings, self.settings.cache_url
+        with tracer.start_as_current_span("citerag.retrieve") as span:
+            key = self._key("retrieval", retriever.view.generation, query)
+            blob = self.shared.cached("retrieval", url, key, settings.cache_retrieval_ttl)
+            self.cache["retrieval"] = blob is not None
+            if blob is not None:
+                hits = hits_from_rows(retriever.view, json.loads(blob))
+            else:
+                hits = retrieve(query, retriever, settings, self.shared.reranker(settings.rerank_model),
+                                self.timings)
+                if settings.cache_retrieval_ttl > 0:
+                    rows = [[h.chunk.id, h.rank, h.score, h.cosine_distance, h.exact] for h in hits]
+                    self.shared.cache(url).set(key, json.dumps(rows).encode(), settings.cache_retrieval_ttl)
+            span.set_attributes({"citerag.cache.hit": blob is not None, "citerag.mode": settings.mode,
+                                 "citerag.k": settings.k, "citerag.generation": retriever.view.generation,
+                                 **hit_attributes("citerag.hits", hits)})
+            return hits
+
+    def _key(self, level: str, generation: int, text: str) -> str:
+        """The cache key of a retrieval or an answer: the store and collection, the generation (bumped by every
+        change), the settings that change the result, and the text asked."""
+        fields = RETRIEVAL_SETTINGS | (ANSWER_SETTINGS if level == "answer" else set())
+        return cache_key(level, {"store": self.settings.store_url, "collection": self.host.name,
+                                 "generation": generation, "settings": self.settings.model_dump(include=fields),
+                                 "text": text})
+
+    def _cache_answer(self, question: str, generation: int, hits: list[Hit], answer: Answer) -> None:
+        """Kept under the generation of the view it was computed from."""
+        settings = self.settings
+        if settings.cache_answer_ttl <= 0:
+            return
+        data = {"rows": [[h.chunk.id, h.rank, h.score, h.cosine_distance] for h in hits],
+                "answer": {**dataclasses.asdict(answer), "timings": {}, "cache": {}, "trace_id": None}}
+        self.shared.cache(settings.cache_url).set(self._key("answer", generation, question),
+                                                  json.dumps(data).encode(), settings.cache_answer_ttl)
+
+    def _operation(self, operation: str) -> dict[str, Any]:
+        """An operation span's attributes: what it is, where, and the options that shape its result."""
+        return {OPERATION: operation, "citerag.collection": self.host.name,
+                **{f"citerag.options.{k}": v for k, v in trace_options(self.settings).items()}}
+
+
+def best_distances(host: Host, queries: Sequence[str]) -> list[float]:
+    """Each question's smallest cosine distance to a chunk (dense search), without traces or caches of results:
+    calibration questions are no user's questions."""
+    s = host.settings
+    vectors = host.app.embed_queries(s.embedding_model, queries, s.cache_url, s.cache_query_ttl)
+    out = []
+    with open_retriever(host) as retriever:
+        assert retriever.vector is not None  # open_retriever refuses an empty collection
+        for vector in vectors:
+            _, similarity = retriever.vector.search(vector, 1)
+            out.append(1.0 - float(similarity[0]) if len(similarity) else 2.0)
+    return out

@@ -1,0 +1,96 @@
+"""What the collections of one process share, each loaded once whichever collection asks first: encoders,
+rerankers, generators, caches (with their hit counts) and the citation counters."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from citerag.answer.check import CitationMetrics
+from citerag.app.caching import GENERATOR_SETTINGS, cache_key
+from citerag.cache import Cache, open_cache
+from citerag.settings import Settings
+
+
+class Shared:
+    """Models and caches of one process."""
+
+    def __init__(self) -> None:
+        self.cache_counts: Counter[tuple[str, str]] = Counter()  # (level, "hit" | "miss")
+        self.citation_metrics = CitationMetrics()
+        self._models: dict[tuple[str, ...], Any] = {}
+        self._lock = threading.RLock()
+
+    def close_caches(self) -> None:
+        for key in [k for k in self._models if k[0] == "cache"]:
+            self._models.pop(key).close()
+
+    def _model(self, key: tuple[str, ...], load: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key not in self._models:
+                self._models[key] = load()
+            return self._models[key]
+
+    def register_encoder(self, encoder: Any) -> None:
+        """Use this encoder object for its `name` (a custom model, or a deterministic one in tests)."""
+        with self._lock:
+            self._models[("encoder", encoder.name)] = encoder
+
+    def encoder(self, name: str) -> Any:
+        from citerag.embed import load_encoder
+
+        return self._model(("encoder", name), lambda: load_encoder(name))
+
+    def reranker(self, name: str) -> Any:
+        """The cross-encoder in folder `name`, or None when `name` is empty (reranking off)."""
+        if not name:
+            return None
+        from citerag.search.rerank import load_reranker
+
+        return self._model(("reranker", name), lambda: load_reranker(name))
+
+    def generator(self, settings: Settings) -> Any:
+        from citerag.answer.generators import make_generator
+
+        key = ("generator", settings.model_dump_json(include=GENERATOR_SETTINGS))
+        return self._model(key, lambda: make_generator(settings, lambda: self.encoder(settings.embedding_model)))
+
+    def cache(self, url: str) -> Cache:
+        """The cache backend at `url` ("memory" or redis://...), opened once per process."""
+        cache: Cache = self._model(("cache", url), lambda: open_cache(url))
+        return cache
+
+    def cached(self, level: str, url: str, key: str, ttl: float) -> bytes | None:
+        """The entry under `key`, counted as a hit or a miss of `level`; None when the level is off (ttl 0)."""
+        if ttl <= 0:
+            return None
+        value = self.cache(url).get(key)
+        self.cache_counts[(level, "miss" if value is None else "hit")] += 1
+        return value
+
+    def query_vector(self, model: str, text: str, cache_url: str = "memory", ttl: float = 86400.0,
+                     hits: dict[str, bool] | None = None) -> np.ndarray:
+        """The question's vector, from the query-embedding cache when it holds it (`hits["query"]` says)."""
+        key = cache_key("query", {"model": model, "text": text})
+        blob = self.cached("query", cache_url, key, ttl)
+        if hits is not None:
+            hits["query"] = blob is not None
+        if blob is not None:
+            return np.frombuffer(blob, dtype=np.float32)
+        return self.embed_queries(model, [text], cache_url, ttl)[0]
+
+    def embed_queries(self, model: str, texts: Sequence[str], cache_url: str = "memory",
+                      ttl: float = 86400.0) -> np.ndarray:
+        """Embed questions in one batch (an evaluation's queries, ahead of time) and cache them: later searches
+        take them from the cache; the vectors are the ones a single query would get."""
+        from citerag.embed import encode_queries
+
+        vectors = np.asarray(encode_queries(self.encoder(model), list(texts)), dtype=np.float32)
+        if ttl > 0:
+            for text, vector in zip(texts, vectors, strict=True):
+                self.cache(cache_url).set(cache_key("query", {"model": model, "text": text}), vector.tobytes(), ttl)
+        return vectors

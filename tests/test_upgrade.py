@@ -1,0 +1,71 @@
+"""An upgrade never strands an index: a collection keeps the encoder its documents were indexed with when a newer
+citerag changes the default, answers as before without a reindex, and its status says a newer default exists."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from citerag.app.home import Citerag
+from citerag.app.models import EmptyCollection, SearchOptions
+from citerag.settings import DEFAULT_ENCODER, Settings, load_settings
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "indexes" / "minilm-2026-11"
+EXPECTED = json.loads((FIXTURE / "expected.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture()
+def old_index(tmp_path: Path) -> Path:
+    index = tmp_path / "index"
+    shutil.copytree(FIXTURE / "index", index)
+    return index
+
+
+def test_the_fixture_was_built_with_the_old_default() -> None:
+    assert EXPECTED["embedding_model"] == "all-MiniLM-L6-v2" != DEFAULT_ENCODER
+
+
+def test_an_old_index_answers_with_default_settings_without_a_reindex(old_index: Path) -> None:
+    with Citerag.open(load_settings(old_index)) as app:
+        collection = app.collection()
+        assert collection.settings.embedding_model == "all-MiniLM-L6-v2"
+        for case in EXPECTED["questions"]:
+            result = app.search(case["question"], SearchOptions(mode="dense", k=len(case["hits"])))
+            got = [(c.document_name, c.fragment, round(h.cosine_distance, 6))
+                   for h, c in zip(result.hits, result.citations, strict=True)]
+            want = [(h["document_name"], h["fragment"], round(h["cosine_distance"], 6)) for h in case["hits"]]
+            assert got[:4] == want[:4]
+            assert [g[:2] for g in got] == [w[:2] for w in want]
+        answer = app.ask(EXPECTED["questions"][0]["question"])
+        assert not answer.refused and answer.citations[0].fragment == EXPECTED["questions"][0]["hits"][0]["fragment"]
+        refused = app.ask(EXPECTED["refused"])
+        assert refused.refused and refused.threshold == pytest.approx(EXPECTED["threshold"], abs=1e-3)
+        status = app.status()
+        # Stale for the pipeline version that changed since (reindex --stale would cut them anew), yet served.
+        assert status.counts == {"indexed": 2, "failed": 0, "pending": 0, "stale": 2}
+        assert status.refusal is not None and status.refusal.rule == "calibrated"
+        assert status.newer_defaults == {"embedding_model": ("all-MiniLM-L6-v2", DEFAULT_ENCODER)}
+        assert "a newer default exists: embedding_model" in status.notes[0]
+
+
+def test_an_explicit_choice_still_wins_and_a_new_collection_takes_the_new_default(old_index: Path,
+                                                                                    tmp_path: Path) -> None:
+    with Citerag.open(Settings(index_dir=old_index, embedding_model=DEFAULT_ENCODER)) as app:
+        assert app.collection().settings.embedding_model == DEFAULT_ENCODER
+        assert app.status().newer_defaults == {}
+        with pytest.raises(EmptyCollection, match="reindex --stale"):  # as before: nothing indexed with it
+            app.search("How do I change my password?")
+    with Citerag.open(Settings(index_dir=tmp_path / "new"), create=True) as app:
+        assert app.collection().settings.embedding_model == DEFAULT_ENCODER
+
+
+def test_citerag_status_says_a_newer_default_exists(old_index: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "citerag.cli", "status", "--index", str(old_index)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "a newer default exists: embedding_model = 'minilm+use'" in done.stdout
