@@ -14,8 +14,8 @@ import yaml
 from click.testing import CliRunner
 
 from citerag.cli import cli
-from citerag.cli_ops import render
 from citerag.errors import CiteragError
+from citerag.service.slo import render
 from deploy_files import DASHBOARD, RULES, SLO, dashboard_exprs, metric_names, recorded_names, rule_exprs
 from system_tools import require_prometheus
 

@@ -10,10 +10,13 @@ from typing import Any
 
 import click
 
-from citerag.app import MODES, AskOptions, Citerag, Collection, Settings
-from citerag.cli_options import generator_options
+from citerag.app.collection import Collection
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions
+from citerag.cli.options import generator_options
 from citerag.errors import CiteragError
-from citerag.settings import DEFAULT_ENCODER
+from citerag.search import MODES
+from citerag.settings import DEFAULT_ENCODER, Settings
 
 ALL_STRATEGIES = "A,B,C,D,E,F"
 

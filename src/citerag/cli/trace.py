@@ -7,13 +7,11 @@ import json
 
 import click
 
-from citerag.app import Citerag
+from citerag.app.home import Citerag
+from citerag.cli.options import index_option, json_option
 from citerag.errors import CiteragError
 from citerag.settings import load_settings
 from citerag.trace.replay import replay
-
-_index = click.option("--index", "index", metavar="DIR", default=None,
-                      help="Index directory (default ./.citerag, or $CITERAG_HOME).")
 
 
 @click.group("trace")
@@ -23,8 +21,8 @@ def trace_group() -> None:
 
 @trace_group.command("show")
 @click.argument("trace_id")
-@_index
-@click.option("--json", "as_json", is_flag=True, help="The whole record as JSON.")
+@index_option
+@json_option("The whole record as JSON.")
 def trace_show(trace_id: str, index: str | None, as_json: bool) -> None:
     """A kept trace: its operation, options and spans with their timings and attributes."""
     with Citerag.open(load_settings(index)) as app:
@@ -51,7 +49,7 @@ def trace_show(trace_id: str, index: str | None, as_json: bool) -> None:
 
 @click.command("replay")
 @click.argument("trace_id")
-@_index
+@index_option
 def replay_command(trace_id: str, index: str | None) -> None:
     """Run a kept query again with its options against today's index; print what changed."""
     with Citerag.open(load_settings(index)) as app:

@@ -7,6 +7,7 @@ import time
 
 import click
 
+from citerag.cli.options import index_option
 from citerag.settings import load_settings
 
 
@@ -19,8 +20,7 @@ class _Lines(logging.Handler):
 
 
 @click.command("worker")
-@click.option("--index", "index", metavar="DIR", default=None,
-              help="Home index directory: its config names the store and the queue (default ./.citerag).")
+@index_option
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Documents this process indexes at once (each in a thread; the encoder is shared).")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 import click
 
 from citerag.catalog import open_catalog
+from citerag.cli.options import index_option
 from citerag.errors import CiteragError
 from citerag.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from citerag.service.keys import KeyInfo
+    from citerag.service.keys import KeyInfo, KeyStore
 
 
 @click.command("serve")
-@click.option("--index", "index", metavar="DIR", default=None,
-              help="Home index directory: its own collection plus those created beside it (default ./.citerag).")
+@index_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--no-keys", is_flag=True, help="Serve without API keys (loopback addresses only).")
@@ -70,13 +70,11 @@ def keys_group() -> None:
 
 
 @keys_group.command("create")
-@click.option("--index", "index", metavar="DIR", default=None, help="Home index directory (default ./.citerag).")
+@index_option
 @click.option("--collection", default=None, help="The collection the key is for; omit for a server admin key.")
 @click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
 def keys_create(index: str | None, collection: str | None, scope: str) -> None:
     """Print a new key (once): read = search and ask; write = also upload, replace, delete; admin = all."""
-    from citerag.service.keys import open_key_store
-
     settings = load_settings(index)
     if collection is not None:
         with closing(open_catalog(settings)) as catalog:
@@ -84,7 +82,7 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
                 where = settings.index_dir if settings.store_scheme == "sqlite" else settings.safe_url
                 raise CiteragError(f"no collection {collection!r} in {where} "
                                    f"(collections: {', '.join(catalog.names())})")
-    with closing(open_key_store(settings)) as keys:  # the home's database for a postgresql:// home
+    with _key_store(settings) as keys:
         token = keys.create(collection, scope)
     click.echo(token)
     click.echo(f"{scope} key for {'every collection' if collection is None else f'collection {collection!r}'}; "
@@ -92,7 +90,7 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
 
 
 @keys_group.command("list")
-@click.option("--index", "index", metavar="DIR", default=None, help="Home index directory (default ./.citerag).")
+@index_option
 def keys_list(index: str | None) -> None:
     """Prefix, collection, scope and creation time of every key (never the key)."""
     for key in _keys(load_settings(index)):
@@ -101,12 +99,10 @@ def keys_list(index: str | None) -> None:
 
 @keys_group.command("revoke")
 @click.argument("prefix")
-@click.option("--index", "index", metavar="DIR", default=None, help="Home index directory (default ./.citerag).")
+@index_option
 def keys_revoke(prefix: str, index: str | None) -> None:
     """Revoke the key with this prefix (as `keys list` shows it, with or without crk_)."""
-    from citerag.service.keys import open_key_store
-
-    with closing(open_key_store(load_settings(index))) as keys:
+    with _key_store(load_settings(index)) as keys:
         revoked = keys.revoke(prefix.removeprefix("crk_"))
     if not revoked:
         raise CiteragError(f"no key with prefix {prefix}")
@@ -115,7 +111,13 @@ def keys_revoke(prefix: str, index: str | None) -> None:
 
 def _keys(settings: Settings) -> list[KeyInfo]:
     """The home's keys: HOME/keys.sqlite3, or the database's for a postgresql:// home (the same on every machine)."""
+    with _key_store(settings) as keys:
+        return keys.list()
+
+
+def _key_store(settings: Settings) -> closing[KeyStore]:
+    """The home's key store, closed on leaving the `with`: the home's database for a postgresql:// home."""
+    # TODO(lead): through the core
     from citerag.service.keys import open_key_store
 
-    with closing(open_key_store(settings)) as keys:
-        return keys.list()
+    return closing(open_key_store(settings))

@@ -1,10 +1,8 @@
-"""The `citerag` command line. Errors reach the user as one line and a non-zero exit, never a traceback."""
+"""The commands over one local index: ingest, calibrate, retry, reindex, ask, search, chunk, status, train-reranker."""
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -12,25 +10,21 @@ from typing import Any
 
 import click
 
-from citerag.app import (
-    MODES,
-    AskOptions,
-    Citerag,
-    IngestReport,
-    RefusalRule,
-    RefusalStatus,
-    SearchOptions,
-    Settings,
-    chunk_file,
-    discover,
-    load_settings,
-    set_in_config_file,
+from citerag.app.files import chunk_file
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions, RefusalStatus, SearchOptions
+from citerag.cli.options import (
+    generator_options,
+    index_option,
+    json_option,
+    mode_option,
+    rerank_option,
+    shortlist_option,
+    strategy_option,
 )
-from citerag.cli_options import generator_options
-from citerag.errors import CiteragError
-
-index_option = click.option("--index", "index", metavar="DIR", default=None,
-                            help="Index directory (default ./.citerag, or $CITERAG_HOME).")
+from citerag.ingest import IngestReport, discover
+from citerag.refusal import RefusalRule
+from citerag.settings import Settings, load_settings, set_in_config_file
 
 
 def _emit_json(data: Any) -> None:
@@ -66,24 +60,18 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
         click.echo(f"failed: {path}: {reason}")
 
 
-class _OneLine(logging.Handler):
-    """Library warnings (e.g. documents of another embedding model left out) as one line on stderr."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        click.echo(f"{record.levelname.lower()}: {record.getMessage()}", err=True)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="citerag")
-def cli() -> None:
-    """Answers over your own documents, every claim cited to an exact character range."""
+def _echo_refusal_use(refusal: RefusalStatus) -> None:
+    if refusal.rule == "calibrated":
+        click.echo(f"in use: questions are refused unless a hit lies under cosine distance {refusal.threshold:.3f}")
+    else:
+        click.echo(f"in use: the threshold {refusal.threshold:g} ({refusal.reason})")
 
 
-@cli.command()
+@click.command("ingest")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @index_option
-@click.option("--strategy", type=click.Choice(list("ABCDEFG")), default=None, help="Chunking strategy (default E).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@strategy_option(None, "Chunking strategy (default E).")
+@json_option("Print the report as JSON.")
 def ingest(paths: tuple[Path, ...], index: str | None, strategy: str | None, as_json: bool) -> None:
     """Index files and folders; re-running touches only what changed and drops what is gone."""
     settings = load_settings(index, strategy=strategy)
@@ -97,9 +85,9 @@ def ingest(paths: tuple[Path, ...], index: str | None, strategy: str | None, as_
                    else f"refusal rule not calibrated: {calibration}")
 
 
-@cli.command()
+@click.command("calibrate")
 @index_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def calibrate(index: str | None, as_json: bool) -> None:
     """Fit the collection's refusal rule: synthetic questions from its own chunks against the shipped bank of
     out-of-domain questions; no labelled question needed. `ingest` does it after every run that changed documents."""
@@ -113,43 +101,35 @@ def calibrate(index: str | None, as_json: bool) -> None:
     _echo_refusal_use(refusal)
 
 
-def _echo_refusal_use(refusal: RefusalStatus) -> None:
-    if refusal.rule == "calibrated":
-        click.echo(f"in use: questions are refused unless a hit lies under cosine distance {refusal.threshold:.3f}")
-    else:
-        click.echo(f"in use: the threshold {refusal.threshold:g} ({refusal.reason})")
-
-
-@cli.command()
+@click.command("retry")
 @index_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def retry(index: str | None, as_json: bool) -> None:
     """Index again every document that failed (or was left pending)."""
     with _open(load_settings(index)) as app:
         _print_report(app.retry_failed(progress=_progress("retry")), as_json)
 
 
-@cli.command()
+@click.command("reindex")
 @index_option
 @click.option("--stale", is_flag=True, required=True, help="Rebuild documents whose stamps differ from the "
               "current configuration.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def reindex(index: str | None, stale: bool, as_json: bool) -> None:
     """Rebuild exactly the documents whose stamps no longer match the configuration."""
     with _open(load_settings(index)) as app:
         _print_report(app.reindex_stale(progress=_progress("reindex")), as_json)
 
 
-@cli.command()
+@click.command("ask")
 @click.argument("question")
 @index_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.option("--show-prompt", is_flag=True, help="Also print the prompt a generator would see.")
-@click.option("--mode", type=click.Choice(list(MODES)), default=None)
+@mode_option
 @click.option("--threshold", type=float, default=None, help="Cosine-distance cut of the gate.")
-@click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
-              help="Rerank the shortlist with this cross-encoder folder (see train-reranker); '' turns it off.")
-@click.option("--shortlist", type=click.IntRange(1, 1000), default=None, help="Hits the reranker scores (25).")
+@rerank_option("Rerank the shortlist with this cross-encoder folder (see train-reranker); '' turns it off.")
+@shortlist_option
 @generator_options(default=None)
 def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode: str | None,
         threshold: float | None, rerank_model: str | None, shortlist: int | None, generator: str | None,
@@ -188,15 +168,14 @@ def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode
                    f"({check.cited_sentences} of {check.sentences} sentences cite a source)")
 
 
-@cli.command()
+@click.command("search")
 @click.argument("query")
 @index_option
-@click.option("--mode", type=click.Choice(list(MODES)), default=None)
+@mode_option
 @click.option("--k", type=click.IntRange(1, 1000), default=None, help="Hits to show (the setting k, 20).")
-@click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
-              help="Rerank the first --shortlist hits with this cross-encoder folder; '' turns it off.")
-@click.option("--shortlist", type=click.IntRange(1, 1000), default=None, help="Hits the reranker scores (25).")
-@click.option("--json", "as_json", is_flag=True)
+@rerank_option("Rerank the first --shortlist hits with this cross-encoder folder; '' turns it off.")
+@shortlist_option
+@json_option()
 def search(query: str, index: str | None, mode: str | None, k: int | None, rerank_model: str | None,
            shortlist: int | None, as_json: bool) -> None:
     """Ranked chunks for a query, with the citation fields, rank, score and cosine distance."""
@@ -212,13 +191,13 @@ def search(query: str, index: str | None, mode: str | None, k: int | None, reran
                    f"{row['document_name']} > {row['locator_label']} {row['fragment']}\n     {snippet}")
 
 
-@cli.command()
+@click.command("chunk")
 @click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--strategy", type=click.Choice(list("ABCDEFG")), default="E", show_default=True)
+@strategy_option("E")
 @click.option("--title", default=None, help="Document title for the header (default: file name without extension).")
 @click.option("--target", type=click.IntRange(16, 100000), default=512, show_default=True)
 @click.option("--overlap", type=click.IntRange(0, 10000), default=64, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def chunk(file: Path, strategy: str, title: str | None, target: int, overlap: int, as_json: bool) -> None:
     """Show how one file is cut: [{text, content, section, start, end}]."""
     chunks = chunk_file(file, strategy, target, overlap, title=title)
@@ -229,9 +208,9 @@ def chunk(file: Path, strategy: str, title: str | None, target: int, overlap: in
         click.echo(f"{c.start:>7}-{c.end:<7} [{c.section}] {' '.join(c.content.split())[:90]}")
 
 
-@cli.command()
+@click.command("status")
 @index_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def status(index: str | None, as_json: bool) -> None:
     """Every document: status, error, chunk count, stamps, and whether it is stale."""
     with _open(load_settings(index)) as app:
@@ -244,6 +223,8 @@ def status(index: str | None, as_json: bool) -> None:
         rule = report.refusal.calibration
         click.echo(f"refusal rule: {rule.describe()}" if rule is not None else "refusal rule: not calibrated")
         _echo_refusal_use(report.refusal)
+    for note in report.notes:
+        click.echo(note)
     for row in report.documents:
         d = row.document
         flag = " (stale)" if row.stale else ""
@@ -256,21 +237,6 @@ def status(index: str | None, as_json: bool) -> None:
             click.echo(f"         warning: {w}")
 
 
-from citerag.cli_ops import slo_rules_command  # noqa: E402
-from citerag.cli_service import keys_group, serve_command  # noqa: E402
-from citerag.cli_trace import replay_command, trace_group  # noqa: E402
-from citerag.cli_worker import worker_command  # noqa: E402
-from citerag.eval.command import eval_command  # noqa: E402
-
-cli.add_command(eval_command)
-cli.add_command(serve_command)
-cli.add_command(slo_rules_command)
-cli.add_command(keys_group)
-cli.add_command(trace_group)
-cli.add_command(replay_command)
-cli.add_command(worker_command)
-
-
 @click.command("train-reranker")
 @index_option
 @click.option("--out", "out", metavar="DIR", type=click.Path(path_type=Path), default=None,
@@ -280,9 +246,9 @@ cli.add_command(worker_command)
 @click.option("--epochs", type=click.IntRange(1, 100), default=1, show_default=True)
 @click.option("--seed", type=int, default=13, show_default=True)
 @click.option("--use", "use", is_flag=True, help="Also set rerank_model in INDEX/config.toml.")
-@click.option("--json", "as_json", is_flag=True)
-def train_reranker_command(index: str | None, out: Path | None, pairs: int, epochs: int, seed: int, use: bool,
-                           as_json: bool) -> None:
+@json_option()
+def train_reranker(index: str | None, out: Path | None, pairs: int, epochs: int, seed: int, use: bool,
+                   as_json: bool) -> None:
     """Fine-tune a cross-encoder reranker on the indexed corpus (from the packaged MiniLM; CPU, minutes)."""
     settings = load_settings(index)
     target = (out or settings.index_dir / "reranker").expanduser().resolve()
@@ -300,35 +266,4 @@ def train_reranker_command(index: str | None, out: Path | None, pairs: int, epoc
                f"use it with: citerag ask --rerank {target} ...  (or rerank_model = \"{target}\" in config.toml)")
 
 
-cli.add_command(train_reranker_command)
-
-
-def main() -> None:
-    logger = logging.getLogger("citerag")
-    if not logger.handlers:
-        logger.addHandler(_OneLine(logging.WARNING))
-        logger.propagate = False
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except CiteragError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except Exception as exc:  # the last resort: still one line, unless asked for the traceback
-        if os.environ.get("CITERAG_DEBUG"):
-            raise
-        click.echo(f"error: internal error ({type(exc).__name__}: {exc}); set CITERAG_DEBUG=1 for details",
-                   err=True)
-        sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()
+COMMANDS = [ingest, calibrate, retry, reindex, ask, search, chunk, status, train_reranker]

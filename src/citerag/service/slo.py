@@ -1,5 +1,6 @@
-"""`citerag slo-rules SLO.yaml`: Prometheus recording and alerting rules for the error budget in a service-level
-objectives file (deploy/slo.yaml), printed as YAML for `promtool check rules` and Prometheus' rule_files.
+"""The service-level objectives of the answer route (deploy/slo.yaml) compiled into Prometheus recording and
+alerting rules for their error budget, as YAML for `promtool check rules` and Prometheus' rule_files; `citerag
+slo-rules` (citerag.cli.ops) prints them.
 
 The rules read only what the server exports at /metrics (citerag.service.metrics):
 - request rates and 5xx ratios of the answer route over the windows the burn-rate alerts and the dashboard need;
@@ -15,7 +16,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import click
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -209,9 +209,3 @@ def _percent(quantile: float) -> str:
 def _hours(value: float) -> str:
     return f"{value / 86400:.3g} days" if value >= 86400 else f"{value / 3600:.3g} hours"
 
-
-@click.command("slo-rules")
-@click.argument("slo_file", metavar="SLO.yaml", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def slo_rules_command(slo_file: Path) -> None:
-    """Print Prometheus recording and burn-rate alerting rules for the objectives in SLO.yaml."""
-    click.echo(render(slo_file), nl=False)

@@ -1,0 +1,5 @@
+"""`python -m citerag.cli ...`: the same as the `citerag` command."""
+
+from citerag.cli import main
+
+main()
