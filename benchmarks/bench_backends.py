@@ -119,7 +119,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "backends.json")
     args = parser.parse_args()
 
-    from citerag.app import AskOptions, Citerag, SearchOptions
+    from citerag.app.home import Citerag
+    from citerag.app.models import AskOptions, SearchOptions
     from citerag.local_postgres import LocalPostgres, free_port
     from citerag.settings import Settings
 

@@ -77,7 +77,8 @@ from typing import Any
 
 import numpy as np
 
-from citerag.app import Citerag, Settings
+from citerag.app.home import Citerag
+from citerag.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "eval" / "debian-reference"

@@ -19,13 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from citerag.app import Citerag, SearchOptions, Settings, extract_file
-from citerag.eval.command import dev_set
+from citerag.app.files import extract_file
+from citerag.app.home import Citerag
+from citerag.app.models import SearchOptions
+from citerag.eval.devset import dev_set
 from citerag.eval.metrics import summary
 from citerag.eval.needle import chunk_body
 from citerag.eval.paired import paired_rr
 from citerag.eval.runner import corpus_files
 from citerag.eval.truth import Question, load_questions
+from citerag.settings import Settings
 from citerag.text import collapse
 
 ROOT = Path(__file__).resolve().parent.parent

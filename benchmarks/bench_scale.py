@@ -197,7 +197,8 @@ from typing import Any
 
 import numpy as np
 
-from citerag.app import Citerag, SearchOptions, Settings
+from citerag.app.home import Citerag
+from citerag.app.models import SearchOptions
 from citerag.index import sync
 from citerag.index.bm25 import Bm25Index
 from citerag.index.exact import ExactIndex
@@ -209,9 +210,10 @@ from citerag.index.hnsw import (
     HnswIndex,
     search_expansion,
 )
-from citerag.store import ChunkStats, Store, open_store
+from citerag.settings import Settings
+from citerag.store import ChunkStats, Store
 from citerag.store.base import ChunkBatch
-from citerag.store.sqlite import DB_NAME
+from citerag.store.sqlite import DB_NAME, SqliteStore
 from citerag.text import tokenize
 from citerag.types import Chunk
 
@@ -250,7 +252,9 @@ OPEN_CHILD = """\
 import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from citerag.app import Citerag, SearchOptions, Settings
+from citerag.app.home import Citerag
+from citerag.app.models import SearchOptions
+from citerag.settings import Settings
 t1 = time.perf_counter()
 index, kind, extra, onnx_first = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 questions = json.loads(sys.stdin.read())
@@ -341,7 +345,7 @@ class Base:
 
 def base_from_index(index: Path, out: Path) -> Base:
     """Read the ingested chapters' chunks, vectors and token counts and cache them in `out`."""
-    store = open_store(index)
+    store = SqliteStore(index)
     try:
         snapshot = store.snapshot(MODEL)
         stats = store.chunk_stats()
@@ -464,7 +468,7 @@ def generate(base: Base, directory: Path, size: int) -> dict[str, Any]:
     docs = size // CHUNKS_PER_DOC
     note(f"generating {size:,} chunks ({docs:,} documents) in {directory}")
     started = time.perf_counter()
-    store = open_store(partial, create=True)
+    store = SqliteStore(partial, create=True)
     marker: dict[str, Any] = {"format": FORMAT, "size": size, "base_chunks": len(base.contents),
                               "base_made": base.made, "seed": SEED, "index_key": INDEX_KEY}
     try:
@@ -529,7 +533,7 @@ def dataset(data: Path, base: Base, size: int) -> tuple[Path, dict[str, Any]]:
         marker = generate(base, directory, size)
         marker["fresh"] = True
     # An interrupted run may have left target 5's document, or indexes behind the store: put both right.
-    store = open_store(directory)
+    store = SqliteStore(directory)
     try:
         for d in store.documents():
             if d.source_path.startswith(ADDED):
@@ -807,7 +811,7 @@ def vector_comparison(root: Path, qvecs: np.ndarray, qtexts: list[str]) -> dict[
 def _citerag_vectors(root: Path, qvecs: np.ndarray,
                      qtexts: list[str]) -> tuple[dict[str, Any], list[np.ndarray], np.ndarray, np.ndarray]:
     """Latency of both kinds, HNSW's recall, BM25 latency; exact's top 10s, and the live ids and vectors."""
-    store = open_store(root)
+    store = SqliteStore(root)
     indexes: dict[str, sync.SearchIndexes] = {}
     out: dict[str, Any] = {}
     try:

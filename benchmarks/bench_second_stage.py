@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from citerag.app import Citerag, SearchOptions, Settings
+from citerag.app.home import Citerag
+from citerag.app.models import SearchOptions
 from citerag.embed import load_encoder
 from citerag.eval.metrics import latency, summary
 from citerag.eval.needle import chunk_body
@@ -46,6 +47,7 @@ from citerag.eval.truth import Question, load_questions
 from citerag.search.ensemble import DenseMatrix, embed_chunks, ensemble_rank
 from citerag.search.rerank import CrossEncoderReranker, rerank
 from citerag.search.rescore import MaxSimSettings, SentenceVectors, maxsim_rescore
+from citerag.settings import Settings
 from citerag.text import collapse
 from citerag.types import Hit
 

@@ -13,10 +13,11 @@ import argparse
 import json
 from pathlib import Path
 
-from citerag.app import Citerag, Settings
+from citerag.app.home import Citerag
 from citerag.refusal.bank import load_bank
 from citerag.refusal.calibrate import choose_cut
 from citerag.refusal.synthetic import synthetic_questions
+from citerag.settings import Settings
 
 
 def _queries(paths: list[Path]) -> list[str]:

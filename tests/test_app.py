@@ -14,7 +14,7 @@ from citerag.app.home import Citerag
 from citerag.app.models import AskOptions, SearchOptions
 from citerag.embed import encode_queries, load_encoder
 from citerag.errors import CiteragError
-from citerag.ingest import Source
+from citerag.ingest.files import Source
 from citerag.settings import DEFAULT_ENCODER, Settings, SettingsError
 from citerag.types import Citation
 from corpus_paths import DATA, DEV_CORPUS, DEV_SET

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from citerag.app import AskOptions, Citerag, SearchOptions, Settings
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions, SearchOptions
 from citerag.errors import StoreUnavailable
+from citerag.settings import Settings
 from corpus_paths import DATA, DEV_CORPUS
 from fakes import HashEncoder
 
@@ -66,8 +68,9 @@ import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from fakes import HashEncoder
-import citerag.ingest as ingest
-from citerag.app import Citerag, Settings
+import citerag.ingest.indexer as ingest
+from citerag.app.home import Citerag
+from citerag.settings import Settings
 
 index, folder, step = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 
@@ -110,7 +113,7 @@ def test_a_reindex_killed_at_every_step_leaves_one_whole_version(tmp_path: Path)
     old_text = changed.read_text()
     new_text = old_text + ADDED
     changed.write_text(new_text)
-    from citerag.app import extract_file
+    from citerag.app.files import extract_file
 
     versions = {"ch04.md": {extract_file(DATA / "markdown" / "debian-reference" / "ch04.md").text,
                             extract_file(changed).text},

@@ -16,7 +16,7 @@ import pytest
 
 from citerag.cli import main
 from citerag.extract.ocr import TESSERACT_MISSING, tesseract_available
-from citerag.store import open_store
+from citerag.store.sqlite import SqliteStore
 from extract.hostile_files import hostile_files, sample_docx, sample_epub, sample_odt
 from system_tools import needs_tesseract
 
@@ -118,7 +118,7 @@ def _search(ingested: dict[str, Any], query: str, capsys: pytest.CaptureFixture[
     code, rows = _cli(["search", query, "--index", str(ingested["index"]), "--mode", "bm25", "--k", str(k),
                        "--json"], capsys)
     assert code == 0
-    store = open_store(ingested["index"])
+    store = SqliteStore(ingested["index"])
     try:
         for row in rows:  # every quote is exactly where its offsets say
             assert store.canonical_text(row["document_id"])[row["start"]:row["end"]] == row["quote"]

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from citerag.app import AskOptions, Citerag, SearchOptions
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions, SearchOptions
 from citerag.errors import CiteragError
 from citerag.settings import Settings
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from citerag.config_file import set_in_config_file
 from citerag.errors import CiteragError
-from citerag.settings import Settings, SettingsError, load_settings, set_in_config_file
+from citerag.settings import Settings, SettingsError, load_settings
 
 
 @pytest.fixture(autouse=True)

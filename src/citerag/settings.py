@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tomllib
@@ -29,9 +28,13 @@ _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
                   "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep", "semantic_percentile",
                   "queue_attempts", "queue_lease_s")
-_CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F", "G"), "mode": ("dense", "bm25", "hybrid", "adaptive"),
+MODES = ("dense", "bm25", "hybrid", "adaptive")  # the retrievers (citerag.search.retriever)
+_CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F", "G"), "mode": MODES,
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw"),
             "lexical": ("reference", "stemmed")}
+# What an API client may set on a collection it creates (the rest is the server operator's).
+CLIENT_SETTINGS = ("threshold", "refusal", "max_sources", "mode", "k", "rrf_k", "strategy", "target", "overlap",
+                   "semantic_percentile", "vector_index")
 _COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 # user:password@ up to the last @ before the path: a password may hold an unescaped @ (libpq accepts it).
 _PASSWORD_IN_URL = re.compile(r"(://[^/@:]*:)[^/]*@")
@@ -82,7 +85,7 @@ class Settings(BaseModel):
     # for large collections; see docs/performance.md for its recall against exact).
     vector_index: str = "exact"
     # The lexical index's (BM25, exact words) tokenisation: "reference" ([a-z0-9]+ of the lower-cased text, the
-    # published reference's scores) or "stemmed" (Unicode words stemmed per language; citerag.search.analyzer).
+    # published reference's scores) or "stemmed" (Unicode words stemmed per language; citerag.index.analyzer).
     # An index built with one is rebuilt (embedded store) or refused (PostgreSQL) under the other. Stemmed is the
     # default: German BM25 gains (R@4 0.525 -> 0.600) and English moves within noise (docs/multilingual.md).
     lexical: str = "stemmed"
@@ -285,49 +288,6 @@ def load_settings(index: str | Path | None = None, *, config_file: str | Path | 
     return settings
 
 
-def set_in_config_file(index_dir: Path, key: str, value: str | int | float | bool) -> Path:
-    """Write `key = value` into INDEX/config.toml, replacing any earlier line for it and keeping the others.
-
-    The value is converted to the setting's type, and the file as a whole is validated before it is written.
-    """
-    path = index_dir / CONFIG_NAME
-    fields = set(Settings.model_fields) - {"index_dir"}
-    if key not in fields:
-        raise SettingsError([f"{path}: unknown setting {key}"])
-    text = ""
-    if path.is_file():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SettingsError([f"{path}: cannot read: {exc}"]) from exc
-    old, problems = _read_toml_text(path, text, fields)
-    if problems:
-        raise SettingsError(problems)
-    try:
-        typed = getattr(Settings.model_validate({"index_dir": index_dir, key: value}), key)
-    except ValidationError as exc:
-        raise SettingsError(_problems(exc, {key: f"{key} = {_show(key, value)}"})) from exc
-    assignment = re.compile(rf"^\s*{re.escape(key)}\s*=")
-    lines = [line for line in text.splitlines() if not assignment.match(line)]
-    lines.append(f"{key} = {_toml_literal(typed)}")
-    new_text = "\n".join(lines) + "\n"
-    # Check the edited text says exactly what was meant (a line-based edit could misfire on odd TOML).
-    new, problems = _read_toml_text(path, new_text, fields)
-    if problems or new != {**old, key: typed}:
-        raise SettingsError(problems or [f"{path}: cannot set {key} by a line edit; edit the file by hand"])
-    try:
-        Settings.model_validate({"index_dir": index_dir, **new})
-    except ValidationError as exc:
-        raise SettingsError(_problems(exc, {k: f"{path}: {k} = {_show(k, v)}" for k, v in new.items()})) from exc
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(new_text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise SettingsError([f"{path}: cannot write: {exc}"]) from exc
-    return path
-
-
 def _read_toml(path: Path, fields: set[str]) -> tuple[dict[str, Any], list[str]]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -384,24 +344,3 @@ def _show(field: str, value: Any) -> str:
 def redact_url(url: str) -> str:
     """Hide a password in a postgresql://user:password@host URL before it reaches a message."""
     return _PASSWORD_IN_URL.sub(r"\1***@", url)
-
-
-def _toml_literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise SettingsError([f"cannot write {value!r} to TOML"])
-        return repr(value)
-    # A TOML basic string: escape quote, backslash and the control characters TOML forbids raw.
-    out = []
-    for ch in str(value):
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\t" or (ord(ch) >= 0x20 and ord(ch) != 0x7F):
-            out.append(ch)
-        else:
-            out.append(f"\\u{ord(ch):04X}")
-    return '"' + "".join(out) + '"'

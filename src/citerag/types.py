@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# A document uploaded through the API is keyed "upload:NAME": its bytes are kept by citerag.originals, never a path.
+UPLOAD_SCHEME = "upload:"
+
 
 @dataclass(frozen=True)
 class Section:

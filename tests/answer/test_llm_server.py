@@ -99,7 +99,9 @@ def test_in_process_llama_generator_is_greedy() -> None:
 
 
 def test_pipeline_with_a_real_model_checks_every_citation(server: LlamaServer, tmp_path: Path) -> None:
-    from citerag.app import AskOptions, Citerag, Settings
+    from citerag.app.home import Citerag
+    from citerag.app.models import AskOptions
+    from citerag.settings import Settings
     from corpus_paths import DEV_CORPUS
 
     folder = tmp_path / "docs"

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from citerag.app import AskOptions, Citerag, SearchOptions, Source
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions, SearchOptions
+from citerag.ingest.files import Source
 from citerag.settings import Settings
 
 OLD = "# Flux notes\n\nThe quartz flux capacitor of the citerag test rig needs exactly 42 volts to start.\n"

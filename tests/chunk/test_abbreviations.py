@@ -10,7 +10,7 @@ import pytest
 
 from citerag.abbreviations import continues
 from citerag.answer.check import split_sentences
-from citerag.app import extract_file
+from citerag.app.files import extract_file
 from citerag.chunk import chunk_extracted
 from citerag.chunk.boundaries import boundary_ranges, sentence_ranges
 from citerag.types import Extracted

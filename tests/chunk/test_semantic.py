@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from citerag.app import Citerag, Settings
+from citerag.app.home import Citerag
 from citerag.chunk import chunk_extracted, strategy_params
 from citerag.chunk.semantic import MIN_PIECE_DIVISOR, sentence_units
 from citerag.errors import CiteragError
 from citerag.extract import extractor_for
 from citerag.extract.markdown import MarkdownExtractor
+from citerag.settings import Settings
 from citerag.types import Chunk, Extracted
 from corpus_paths import DEV_CORPUS, HTML_FILES, MARKDOWN_FILES
 from fakes import HashEncoder

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from citerag.eval.command import dev_set
+from citerag.eval.devset import dev_set
 
 EVAL = Path(__file__).resolve().parents[2] / "eval"
 

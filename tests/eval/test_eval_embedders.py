@@ -39,7 +39,7 @@ def test_e5_embeds_queries_with_their_own_prefix() -> None:
 
 
 def test_questions_are_embedded_with_encode_queries_when_present() -> None:
-    from citerag.app import Citerag
+    from citerag.app.home import Citerag
 
     enc = load_encoder("multilingual-e5-small")
     vector = Citerag().query_vector("multilingual-e5-small", TEXTS[0])

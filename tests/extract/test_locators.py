@@ -8,7 +8,8 @@ import numpy as np
 
 from citerag.answer.citations import cite, column_letters, locate
 from citerag.chunk import chunk_extracted
-from citerag.store import ChunkStats, open_store
+from citerag.store import ChunkStats
+from citerag.store.sqlite import SqliteStore
 from citerag.types import Chunk, Document, Extracted, Hit, Locator, Section, StoredChunk
 
 PAGES = [Locator(0, 100, page=11), Locator(102, 200, page=12, ocr_confidence=71.5),
@@ -52,7 +53,7 @@ def test_cite_uses_the_document_map_and_keeps_text_fragments_for_plain_text() ->
 
 
 def test_store_keeps_the_map_with_the_document(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "ix", create=True)
+    store = SqliteStore(tmp_path / "ix", create=True)
     doc = store.add_pending("/d/x.pdf", "x.pdf", "s")
     vec = np.ones((1, 4), dtype=np.float32) / 2
     store.save_indexed(doc, title="X", sha256="s", stamps={"embedding_model": "m"}, canonical_text="a" * 300,

@@ -322,9 +322,9 @@ class TestPgBm25(PgBm25Case):
         assert index.search("", 5)[0].tolist() == [] and index.search("apt", 0)[0].tolist() == []
 
     def test_stemmed_postings_are_kept_apart_and_score_as_the_embedded_index(self) -> None:
-        from citerag.app import extract_file
+        from citerag.app.files import extract_file
         from citerag.chunk import chunk_extracted
-        from citerag.search.analyzer import Analyzer
+        from citerag.index.analyzer import Analyzer
 
         corpus = Path(__file__).resolve().parents[2] / "eval" / "debian-reference-de" / "corpus"
         texts = [c.text for c in chunk_extracted(extract_file(corpus / "ch01.de.html"), "E", 512)][:60]

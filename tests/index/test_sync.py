@@ -12,7 +12,8 @@ import pytest
 from index_contract import BM25_FIXTURE, DIM, unit
 
 from citerag.index import sync
-from citerag.store import ChunkStats, Store, open_store
+from citerag.store import ChunkStats, Store
+from citerag.store.sqlite import SqliteStore
 from citerag.types import Chunk
 
 MODEL = "test-encoder-32d"
@@ -58,7 +59,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 def test_a_second_process_catches_up_from_the_change_log(tmp_path: Path, kind: str) -> None:
-    store = open_store(tmp_path / "ix", create=True)
+    store = SqliteStore(tmp_path / "ix", create=True)
     for seed in range(3):
         add_document(store, 40, seed * 40, seed)
     directory = sync.index_dir(tmp_path / "ix", MODEL, kind)
@@ -75,7 +76,7 @@ def test_a_second_process_catches_up_from_the_change_log(tmp_path: Path, kind: s
 
 
 def test_persist_builds_on_what_another_process_saved(tmp_path: Path, kind: str) -> None:
-    store = open_store(tmp_path / "ix", create=True)
+    store = SqliteStore(tmp_path / "ix", create=True)
     add_document(store, 40, 0, 0)
     directory = sync.index_dir(tmp_path / "ix", MODEL, kind)
     a = sync.persist(sync.load(directory, MODEL, kind), store)
@@ -97,7 +98,7 @@ def test_persist_builds_on_what_another_process_saved(tmp_path: Path, kind: str)
 
 
 def test_without_a_change_log_back_far_enough_it_rebuilds(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "ix", create=True)
+    store = SqliteStore(tmp_path / "ix", create=True)
     add_document(store, 40, 0, 0)
     directory = sync.index_dir(tmp_path / "ix", MODEL, "exact")
     indexes = sync.persist(sync.load(directory, MODEL, "exact"), store)
@@ -110,7 +111,7 @@ def test_without_a_change_log_back_far_enough_it_rebuilds(tmp_path: Path) -> Non
 
 
 def test_an_unreadable_manifest_means_a_rebuild_not_an_error(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "ix", create=True)
+    store = SqliteStore(tmp_path / "ix", create=True)
     add_document(store, 40, 0, 0)
     directory = sync.index_dir(tmp_path / "ix", MODEL, "hnsw")
     sync.persist(sync.load(directory, MODEL, "hnsw"), store)

@@ -15,14 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from citerag.app import AskOptions, Citerag, Settings, Source
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions
 from citerag.cli import main
+from citerag.ingest.files import Source
 from citerag.lang import detect
 from citerag.refusal import RefusalRule
 from citerag.refusal.bank import BANK_LANGUAGES, load_bank
 from citerag.refusal.calibrate import MIN_SYNTHETIC, TooSmall, choose_cut, needs_refit
 from citerag.refusal.synthetic import PHRASINGS, synthetic_questions
-from citerag.settings import DEFAULT_ENCODER
+from citerag.settings import DEFAULT_ENCODER, Settings
 from corpus_paths import DEV_CORPUS, DEV_SET
 
 CHAPTERS = ("pr01.en.html", "ch03.en.html", "ch08.en.html")

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from citerag.answer.messages import NO_ANSWER
-from citerag.app import Citerag, Settings
+from citerag.app.home import Citerag
 from citerag.lang import detect
 from citerag.refusal.bank import load_bank
 from citerag.refusal.calibrate import MIN_SYNTHETIC
 from citerag.refusal.synthetic import PHRASINGS, synthetic_questions
+from citerag.settings import Settings
 from corpus_paths import DEV_CORPUS, ROOT
 
 DE_SET = ROOT / "eval" / "debian-reference-de"

@@ -38,12 +38,13 @@ import httpx
 import numpy as np
 from corpus100 import COUNT, make_corpus
 
-from citerag.app import AskOptions, Citerag, EmptyCollection, SearchOptions
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions, EmptyCollection, SearchOptions
 from citerag.chunk import chunk_extracted
 from citerag.extract import extractor_for
+from citerag.index.analyzer import Analyzer
 from citerag.lang import detect
 from citerag.local_postgres import free_port
-from citerag.search.analyzer import Analyzer
 from citerag.settings import Settings, load_settings
 
 DOCUMENTS = COUNT  # the folder every chain indexes
@@ -728,7 +729,7 @@ class ServiceEntry:
         self._uploading: threading.Thread | None = None
 
     def key(self, name: str) -> str:
-        from citerag.service.originals import UPLOAD_SCHEME
+        from citerag.types import UPLOAD_SCHEME
 
         return UPLOAD_SCHEME + name
 
@@ -862,7 +863,7 @@ class WorkerEntry:
         self.to_submit: list[str] = []
 
     def key(self, name: str) -> str:
-        from citerag.service.originals import UPLOAD_SCHEME
+        from citerag.types import UPLOAD_SCHEME
 
         return UPLOAD_SCHEME + name
 

@@ -157,9 +157,9 @@ def examine(ix: Path, model: str = MODEL, kind: str = "exact") -> dict[str, Any]
     extraction and chunking of its file, and the saved search indexes loaded and caught up with the store."""
     from citerag.chunk import chunk_extracted
     from citerag.extract import extractor_for
+    from citerag.index.analyzer import Analyzer
     from citerag.index.sync import MANIFEST, _files, index_dir, load
     from citerag.lang import detect
-    from citerag.search.analyzer import Analyzer
     from citerag.settings import Settings
     from citerag.store.sqlite import SqliteStore
 
@@ -317,7 +317,8 @@ def scenario_cli(work: Path) -> dict[str, Any]:
 
 
 def hash_app(ix: Path, vector_index: str = "exact") -> Any:
-    from citerag.app import Citerag, Settings
+    from citerag.app.home import Citerag
+    from citerag.settings import Settings
     from fakes import HashEncoder
 
     app = Citerag()
@@ -369,8 +370,9 @@ def scenario_index_files(work: Path) -> dict[str, Any]:
     failed save the previous manifest and all its files still load and search, and the failed save's files are
     gone; the save that fits is loadable and equal to the store."""
     import citerag.index.sync as sync
-    from citerag.app import Settings, discover
-    from citerag.search.analyzer import Analyzer
+    from citerag.index.analyzer import Analyzer
+    from citerag.ingest.files import discover
+    from citerag.settings import Settings
 
     docs = work / "docs"
     make_corpus(docs)

@@ -209,23 +209,21 @@ def test_the_check_tells_a_torn_read_from_a_whole_one() -> None:
     assert versions.problems([chunks["old", "E"][1], *mixed])  # one version, two chunkings
 
 
-def test_a_replacement_queued_behind_another_stays_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_replacement_queued_behind_another_stays_reported() -> None:
     """What the concurrent run found in the server's thread queue: a PUT while the document's previous version
     waited queued a second job, and the first job's end erased the document's state, so the API said `job: null`
     (settled) while the newer version still waited."""
-    import citerag.service.jobs_thread as jobs_thread
-    from citerag.service.jobs import Job
+    from citerag.jobs import Job
+    from citerag.jobs.thread import ThreadQueue
 
     running = {sha: threading.Event() for sha in ("v1", "other", "v2")}
     release = {sha: threading.Event() for sha in running}
 
-    def index_upload(app: object, job: Job) -> None:
+    def hold(job: Job) -> None:  # the handler: each job runs until the test releases it
         running[job.sha256].set()
         release[job.sha256].wait(30)
 
-    monkeypatch.setattr(jobs_thread, "index_upload", index_upload)
-    no_app: Any = None  # the stand-in above never opens a collection
-    queue = jobs_thread.ThreadQueue(no_app)
+    queue = ThreadQueue(hold)
     queue.start()
     try:
         for doc, sha in ((1, "v1"), (2, "other"), (1, "v2")):
@@ -250,8 +248,10 @@ def test_the_cli_reindexes_and_retries_uploads(tmp_path: Path) -> None:
     """What the concurrent run found: `citerag reindex --stale` on a server's home could not rebuild an uploaded
     document, and `citerag retry` turned an upload the server had not indexed yet into a failed one. Both now read
     the stored original (citerag.originals)."""
-    from citerag.app import Citerag, Settings, Source
-    from citerag.service.originals import UPLOAD_SCHEME, save_original
+    from citerag.app.home import Citerag
+    from citerag.ingest.files import Source
+    from citerag.settings import Settings
+    from citerag.types import UPLOAD_SCHEME
     from fakes import HashEncoder
 
     def open_home(strategy: str) -> Citerag:
@@ -264,7 +264,7 @@ def test_the_cli_reindexes_and_retries_uploads(tmp_path: Path) -> None:
     with open_home("E") as app:
         collection = app.collection()
         for name, data in (("notes.md", notes), ("later.md", later)):
-            save_original(collection, data)
+            collection.save_original(data)
             collection.accept(Source(UPLOAD_SCHEME + name, data, name))
         collection.index_document(Source(UPLOAD_SCHEME + "notes.md", notes, "notes.md"))  # later.md stays pending
         with open_home("C") as cli:  # the CLI, under another chunking strategy

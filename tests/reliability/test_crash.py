@@ -118,7 +118,7 @@ def test_the_check_fails_on_a_half_written_a_mixed_and_a_lost_document(tmp_path:
 
     from crash_harness import CrashViolation
 
-    from citerag.app import Citerag
+    from citerag.app.home import Citerag
 
     clean = sqlite_home(tmp_path / "clean")
     corpus = Corpus(tmp_path / "docs", clean, count=3)

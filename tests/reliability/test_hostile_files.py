@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from citerag.app import Citerag, SearchOptions, Settings
+from citerag.app.home import Citerag
+from citerag.app.models import SearchOptions
+from citerag.settings import Settings
 from corpus_paths import DATA
 
 DOCX = DATA / "samples" / "docx-python-docx-paras-tables.docx"

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from citerag.app import extract_file
+from citerag.app.files import extract_file
 from citerag.chunk import chunk_extracted
+from citerag.index.analyzer import REFERENCE, Analyzer
 from citerag.index.bm25 import Bm25Index
 from citerag.index.sync import SearchIndexes, load
-from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.search.bm25 import BM25
 from citerag.search.phrase import exact_matches
 from citerag.store.base import ChunkBatch

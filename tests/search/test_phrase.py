@@ -7,8 +7,10 @@ import shutil
 
 import pytest
 
-from citerag.app import AskOptions, Citerag, SearchOptions, Settings
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions, SearchOptions
 from citerag.search.phrase import MAX_MATCHES, contains_run, exact_matches
+from citerag.settings import Settings
 from citerag.text import collapse
 from corpus_paths import DATA, DEV_CORPUS
 

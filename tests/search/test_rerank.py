@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from citerag.app import Citerag, SearchOptions, Settings
+from citerag.app.home import Citerag
+from citerag.app.models import SearchOptions
 from citerag.cli import cli
 from citerag.errors import CiteragError
 from citerag.search.rerank import CrossEncoderReranker, TimedReranker, load_reranker, rerank
 from citerag.search.train_reranker import _WH, META_NAME, TrainSettings, make_groups
+from citerag.settings import Settings
 
 QUERY = "How is the popcon V: figure next to each package calculated?"
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from citerag.app import extract_file
+from citerag.app.files import extract_file
 from citerag.chunk import chunk_extracted
 from citerag.embed import load_encoder
 from citerag.embed.base import Encoder, encode_queries

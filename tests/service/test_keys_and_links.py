@@ -18,12 +18,13 @@ from urllib.parse import unquote
 
 import pytest
 
-import citerag.keystore as keystore
+import citerag.keystore.base as keystore
 from citerag.answer.citations import text_directive, typed_locator
+from citerag.backends import open_backend
 from citerag.errors import CiteragError, StoreUnavailable
+from citerag.keystore.base import KeyStore
 from citerag.keystore.postgres import PostgresKeyStore
 from citerag.keystore.sqlite import KEYS_FILE, SqliteKeyStore
-from citerag.service.keys import KeyStore, open_key_store
 from citerag.service.present import citation_json, markers
 from citerag.settings import Settings
 from citerag.types import Citation
@@ -59,7 +60,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
                 return conn.execute("SELECT * FROM api_keys").fetchall()
 
     def open_store() -> KeyStore:
-        opened.append(open_key_store(settings))
+        opened.append(open_backend(settings).key_store(settings))
         return opened[-1]
 
     yield Backend(request.param, open_store, rows, settings)
@@ -149,6 +150,10 @@ def test_an_unreachable_key_database_is_store_unavailable() -> None:
     keys.close()
 
 
+def _key_store(settings: Settings) -> KeyStore:
+    return open_backend(settings).key_store(settings)
+
+
 def _keys_cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "citerag.cli", "keys", *args, "--index", str(home)],
                           capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
@@ -175,10 +180,10 @@ def test_keys_cli_on_a_postgresql_home_serves_every_machine(pg_url: str, tmp_pat
     assert made.returncode == 0 and token.startswith("crk_"), made.stderr
     listed = _keys_cli(two, "list", env=env)
     assert listed.returncode == 0 and token.split("_")[1] in listed.stdout and token not in listed.stdout
-    with closing(open_key_store(Settings(index_dir=two, store_url=pg_url))) as keys:
+    with closing(_key_store(Settings(index_dir=two, store_url=pg_url))) as keys:
         assert keys.verify(token) is not None
     assert _keys_cli(two, "revoke", token.split("_")[1], env=env).returncode == 0
-    with closing(open_key_store(Settings(index_dir=one, store_url=pg_url))) as keys:
+    with closing(_key_store(Settings(index_dir=one, store_url=pg_url))) as keys:
         assert keys.verify(token) is None
     assert not (one / KEYS_FILE).exists() and not (two / KEYS_FILE).exists()
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from live import live_server
 
+from citerag.app.home import open_key_store
 from citerag.cli import main
-from citerag.service.keys import open_key_store
 from citerag.service.state import ServiceConfig
 from citerag.settings import Settings
 

@@ -12,11 +12,19 @@ import numpy as np
 import pytest
 from contract import LAN_RANGES, MODEL, MTU, ROOT_ACCOUNT, MakeStore, StoreContract, add, save
 
+from citerag.backends import open_backend
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.store import Store, open_store_url
+from citerag.settings import Settings
+from citerag.store import Store
 from citerag.store.pg_migrate import migrations
 
 psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL extra is missing: pip install -e '.[dev]'")
+
+
+def open_pg(url: str, create: bool = False, *, collection: str = "default", read_url: str = "") -> Store:
+    """A collection's store, as the backend bundle opens it for these settings."""
+    settings = Settings(store_url=url, collection=collection, store_read_url=read_url, lexical="reference")
+    return open_backend(settings).store(settings, create)
 
 
 class TestPostgresStore(StoreContract):
@@ -27,7 +35,7 @@ class TestPostgresStore(StoreContract):
         opened: list[Store] = []
 
         def make(name: str, create: bool = True) -> Store:
-            opened.append(open_store_url(pg_url, create=create, collection=name))
+            opened.append(open_pg(pg_url, create=create, collection=name))
             return opened[-1]
 
         yield make
@@ -41,8 +49,8 @@ def _rows(url: str, sql: str, *args: object) -> list[tuple[object, ...]]:
 
 
 def test_two_collections_in_one_database_never_see_each_other(pg_url: str) -> None:
-    team_a = open_store_url(pg_url, create=True, collection="team-a")
-    team_b = open_store_url(pg_url, create=True, collection="team-b")
+    team_a = open_pg(pg_url, create=True, collection="team-a")
+    team_b = open_pg(pg_url, create=True, collection="team-b")
     a_doc = add(team_a, ROOT_ACCOUNT)
     b_doc = add(team_b, LAN_RANGES)
     # Same source path in both: each collection has its own document.
@@ -88,7 +96,7 @@ def test_concurrent_first_starts_apply_the_schema_once(pg_url: str) -> None:
 
     def start(i: int) -> None:
         try:
-            stores.append(open_store_url(pg_url, create=True, collection="shared"))
+            stores.append(open_pg(pg_url, create=True, collection="shared"))
         except BaseException as exc:  # noqa: BLE001 - every failure counts
             errors.append(exc)
 
@@ -106,17 +114,17 @@ def test_concurrent_first_starts_apply_the_schema_once(pg_url: str) -> None:
 
 
 def test_a_newer_schema_is_refused_with_one_line(pg_url: str) -> None:
-    open_store_url(pg_url, create=True).close()
+    open_pg(pg_url, create=True).close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("INSERT INTO citerag_schema (version, name) VALUES (99, '0099_future.sql')")
     with pytest.raises(CiteragError, match="schema version 99.*upgrade citerag"):
-        open_store_url(pg_url)
+        open_pg(pg_url)
 
 
 def test_a_missing_collection_is_not_created_by_a_reader(pg_url: str) -> None:
-    open_store_url(pg_url, create=True, collection="one").close()
+    open_pg(pg_url, create=True, collection="one").close()
     with pytest.raises(CiteragError, match="no collection 'two'"):
-        open_store_url(pg_url, create=False, collection="two")
+        open_pg(pg_url, create=False, collection="two")
     assert _rows(pg_url, "SELECT name FROM collections") == [("one",)]
 
 
@@ -125,7 +133,7 @@ def test_a_server_that_is_down_is_store_unavailable(pg_server) -> None:  # type:
 
     url = f"postgresql://postgres:secret@127.0.0.1:{free_port()}/nothing"
     with pytest.raises(StoreUnavailable) as caught:
-        open_store_url(url, create=True)
+        open_pg(url, create=True)
     assert "secret" not in str(caught.value) and "127.0.0.1" in str(caught.value)
 
 
@@ -135,10 +143,10 @@ def test_a_lagging_replica_serves_whole_commits_only(pg_server, tmp_path: Path) 
     from citerag.local_postgres import LocalPostgres
 
     primary_url = pg_server.create_database("replicated")
-    store = open_store_url(primary_url, create=True, collection="docs")
+    store = open_pg(primary_url, create=True, collection="docs")
     first = add(store, ROOT_ACCOUNT)
     with LocalPostgres(tmp_path / "replica", primary=pg_server) as replica:
-        reader = open_store_url(primary_url, collection="docs", read_url=replica.url("replicated"))
+        reader = open_pg(primary_url, collection="docs", read_url=replica.url("replicated"))
         _wait_for(lambda: _generation(reader) == store.generation())
         with psycopg.connect(replica.url("replicated"), autocommit=True) as control:
             control.execute("SELECT pg_wal_replay_pause()")
@@ -197,7 +205,7 @@ def _wait_for(condition, timeout: float = 30.0) -> None:  # type: ignore[no-unty
 
 
 def test_vectors_round_trip_as_float32(pg_url: str) -> None:
-    store = open_store_url(pg_url, create=True)
+    store = open_pg(pg_url, create=True)
     add(store, ROOT_ACCOUNT)
     snap = store.snapshot(MODEL)
     assert snap.vectors.dtype == np.float32

@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 from contract import DIM, LAN_RANGES, MODEL, ROOT_ACCOUNT, MakeStore, StoreContract, add, save, unit_vectors
 
+from citerag.backends import open_backend
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.store import ChunkStats, Store, open_store
+from citerag.settings import Settings
+from citerag.store import ChunkStats, Store, sqlite_schema
 from citerag.store import sqlite as sqlite_store
+from citerag.store.sqlite import SqliteStore
 from citerag.types import Chunk
 from corpus_paths import DATA
 
@@ -33,7 +36,8 @@ class TestSqliteStore(StoreContract):
         opened: list[Store] = []
 
         def make(name: str, create: bool = True) -> Store:
-            opened.append(open_store(tmp_path / name, create=create))
+            settings = Settings(index_dir=tmp_path / name)  # the embedded backend: one collection per folder
+            opened.append(open_backend(settings).store(settings, create))
             return opened[-1]
 
         yield make
@@ -104,7 +108,7 @@ def test_an_older_index_is_upgraded_in_place_and_keeps_everything(tmp_path: Path
     ix, expected = _fixture(version, tmp_path)
     before = _meta(ix / "index.sqlite3")
     assert before["schema_version"] == str(version) == str(expected["schema_version"])
-    store = open_store(ix)
+    store = SqliteStore(ix)
     generation = int(before.get("generation", 0))  # v3 counted its writes; older ones start at 0
     # The change log starts at the upgrade: search indexes older than it rebuild once.
     chunks = sum(len(e["chunks"]) for e in expected["documents"])
@@ -122,7 +126,7 @@ def test_an_older_index_is_upgraded_in_place_and_keeps_everything(tmp_path: Path
         assert view.changed_documents(generation) == [doc]
     assert len(store.snapshot(expected["embedding_model"]).documents) == 3
     store.close()
-    assert open_store(ix).generation() == generation + 2  # opened again: current, nothing more to do
+    assert SqliteStore(ix).generation() == generation + 2  # opened again: current, nothing more to do
 
 
 def test_the_upgraded_schema_is_the_one_a_new_index_gets(tmp_path: Path) -> None:
@@ -137,9 +141,9 @@ def test_the_upgraded_schema_is_the_one_a_new_index_gets(tmp_path: Path) -> None
         finally:
             db.close()
 
-    open_store(tmp_path / "new", create=True).close()
+    SqliteStore(tmp_path / "new", create=True).close()
     ix, _ = _fixture(1, tmp_path)
-    open_store(ix).close()
+    SqliteStore(ix).close()
     assert schema(ix / "index.sqlite3") == schema(tmp_path / "new" / "index.sqlite3")
 
 
@@ -151,14 +155,14 @@ def test_an_upgrade_that_fails_leaves_the_old_index_untouched(tmp_path: Path,
         db.execute("INSERT INTO meta VALUES ('half', 'done')")
         raise sqlite3.OperationalError("no such function: imaginary")
 
-    monkeypatch.setattr(sqlite_store, "_MIGRATIONS", [sqlite_store._MIGRATIONS[0], (3, "broken", broken)])
+    monkeypatch.setattr(sqlite_schema, "_MIGRATIONS", [sqlite_schema._MIGRATIONS[0], (3, "broken", broken)])
     with pytest.raises(CiteragError, match="cannot open index"):
-        open_store(ix)
+        SqliteStore(ix)
     # One transaction: the step that did run (the locators column) is undone with the one that failed.
     assert _meta(ix / "index.sqlite3") == {"schema_version": "1"}
     assert "locators" not in _columns(ix / "index.sqlite3", "documents")
     monkeypatch.undo()
-    _assert_holds(open_store(ix), expected)
+    _assert_holds(SqliteStore(ix), expected)
 
 
 def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
@@ -167,7 +171,7 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.execute("DROP TABLE meta")  # no marker at all: columns say v1 (no locators)
     db.commit()
     db.close()
-    _assert_holds(open_store(ix1), expected1)
+    _assert_holds(SqliteStore(ix1), expected1)
     assert _meta(ix1 / "index.sqlite3")["schema_version"] == "4"
 
     ix2, expected2 = _fixture(2, tmp_path)
@@ -175,7 +179,7 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.execute("DELETE FROM meta")  # table there, row gone: columns say v2 (locators kept, not re-added)
     db.commit()
     db.close()
-    _assert_holds(open_store(ix2), expected2)
+    _assert_holds(SqliteStore(ix2), expected2)
     assert _meta(ix2 / "index.sqlite3") == {"schema_version": "4", "generation": "0", "log_start": "0",
                                             "next_chunk_id": "11"}
 
@@ -184,20 +188,20 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.execute("DELETE FROM meta WHERE key = 'schema_version'")  # the generation row says v3
     db.commit()
     db.close()
-    _assert_holds(open_store(ix3), expected3)
+    _assert_holds(SqliteStore(ix3), expected3)
     assert _meta(ix3 / "index.sqlite3") == {"schema_version": "4", "generation": "6", "log_start": "6",
                                             "next_chunk_id": "11"}
 
 
 def test_a_newer_index_asks_for_a_newer_citerag(tmp_path: Path) -> None:
     ix = tmp_path / "ix"
-    open_store(ix, create=True).close()
+    SqliteStore(ix, create=True).close()
     db = sqlite3.connect(ix / "index.sqlite3")
     db.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     db.commit()
     db.close()
     with pytest.raises(CiteragError) as info:
-        open_store(ix)
+        SqliteStore(ix)
     assert str(info.value) == (f"the index at {ix} has schema version 5, this citerag knows up to 4: "
                                "upgrade citerag")
     assert _meta(ix / "index.sqlite3")["schema_version"] == "5"
@@ -208,9 +212,9 @@ def test_an_empty_database_is_a_new_index_only_when_creating(tmp_path: Path) -> 
     ix.mkdir()
     (ix / "index.sqlite3").write_bytes(b"")
     with pytest.raises(CiteragError, match="no index at .*empty database"):
-        open_store(ix)
+        SqliteStore(ix)
     assert (ix / "index.sqlite3").stat().st_size == 0
-    store = open_store(ix, create=True)
+    store = SqliteStore(ix, create=True)
     assert store.documents() == [] and \
         _meta(ix / "index.sqlite3") == {"schema_version": "4", "generation": "0", "log_start": "0",
                                         "next_chunk_id": "1"}
@@ -218,20 +222,20 @@ def test_an_empty_database_is_a_new_index_only_when_creating(tmp_path: Path) -> 
 
 def test_unreadable_index_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CiteragError, match="no index at"):
-        open_store(tmp_path / "missing")
+        SqliteStore(tmp_path / "missing")
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(CiteragError, match="not a directory"):
-        open_store(tmp_path / "file", create=True)
+        SqliteStore(tmp_path / "file", create=True)
     (tmp_path / "corrupt").mkdir()
     (tmp_path / "corrupt" / "index.sqlite3").write_bytes(b"this is not a database" * 100)
     with pytest.raises(CiteragError, match="cannot open index"):
-        open_store(tmp_path / "corrupt")
+        SqliteStore(tmp_path / "corrupt")
     (tmp_path / "other").mkdir()
     db = sqlite3.connect(tmp_path / "other" / "index.sqlite3")
     db.execute("CREATE TABLE songs (title TEXT)")
     db.close()
     with pytest.raises(CiteragError, match="not a citerag index"):
-        open_store(tmp_path / "other", create=True)
+        SqliteStore(tmp_path / "other", create=True)
 
 
 # --- readers ---------------------------------------------------------------------------------------------------
@@ -244,7 +248,7 @@ def _file_state(ix: Path) -> tuple[str, int]:
 
 def test_readers_never_write_and_never_wait_for_a_writer(tmp_path: Path) -> None:
     ix = tmp_path / "ix"
-    store = open_store(ix, create=True)
+    store = SqliteStore(ix, create=True)
     add(store, ROOT_ACCOUNT)
     store.close()  # the last connection checkpoints: everything is in the main file now
     before = _file_state(ix)
@@ -254,7 +258,7 @@ def test_readers_never_write_and_never_wait_for_a_writer(tmp_path: Path) -> None
         started = time.monotonic()
         # With a short busy timeout, any write on open (a meta insert, CREATE TABLE, a journal mode change)
         # would fail with "database is locked" instead of passing.
-        reader = open_store(ix, busy_timeout=0.2)
+        reader = SqliteStore(ix, busy_timeout=0.2)
         assert [d.source_path for d in reader.documents()] == [ROOT_ACCOUNT.path]
         snap = reader.snapshot(MODEL)
         assert len(snap.chunks) == len(ROOT_ACCOUNT.chunks) and reader.generation() == snap.generation == 2
@@ -271,17 +275,17 @@ def test_readers_never_write_and_never_wait_for_a_writer(tmp_path: Path) -> None
 
 
 def test_every_connection_waits_for_a_busy_writer(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "ix", create=True)
+    store = SqliteStore(tmp_path / "ix", create=True)
     assert _db(store).execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
     assert _db(store).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert _db(open_store(tmp_path / "ix")).execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+    assert _db(SqliteStore(tmp_path / "ix")).execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
 
 
 def test_a_snapshot_is_one_commit_even_while_the_indexer_commits(tmp_path: Path) -> None:
     ix = tmp_path / "ix"
-    store = open_store(ix, create=True)
+    store = SqliteStore(ix, create=True)
     doc = add(store, ROOT_ACCOUNT)
-    indexer = open_store(ix)
+    indexer = SqliteStore(ix)
     statements: list[str] = []
 
     def commit_in_between(sql: str) -> None:
@@ -319,7 +323,7 @@ def _chapter(name: str) -> tuple[str, list[Chunk]]:
 
 
 def test_a_full_disk_stops_the_write_and_keeps_the_old_version(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "ix", create=True)
+    store = SqliteStore(tmp_path / "ix", create=True)
     doc = add(store, ROOT_ACCOUNT)
     before, generation = store.snapshot(MODEL), store.generation()
     text, chunks = _chapter("ch01.md")
@@ -352,7 +356,7 @@ def test_a_full_disk_stops_the_write_and_keeps_the_old_version(tmp_path: Path) -
 
 
 def test_a_read_only_store_is_unavailable_not_a_bug(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "ix", create=True)
+    store = SqliteStore(tmp_path / "ix", create=True)
     doc = add(store, ROOT_ACCOUNT)
     _db(store).execute("PRAGMA query_only = ON")  # what a read-only file or mount does to every write
     with pytest.raises(StoreUnavailable, match="attempt to write a readonly database"):

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from trace_fixtures import NOTES_V1, open_app
 
-from citerag.app import Citerag
+from citerag.app.home import Citerag
 from citerag.trace.setup import provider
 
 
@@ -24,7 +24,7 @@ def exported() -> InMemorySpanExporter:
 
 @pytest.fixture()
 def notes_app(tmp_path: Path, exported: InMemorySpanExporter) -> Iterator[Citerag]:
-    from citerag.app import Source
+    from citerag.ingest.files import Source
 
     app = open_app(tmp_path / "index")
     assert app.index_document(Source("notes.md", NOTES_V1.encode())).status == "indexed"

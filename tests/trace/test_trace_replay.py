@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from trace_fixtures import ASKED, NOTES_V1, NOTES_V2, open_app
 
-from citerag.app import Source
 from citerag.cli import cli
-from citerag.settings import set_in_config_file
+from citerag.config_file import set_in_config_file
+from citerag.ingest.files import Source
 
 
 def test_replay_after_a_document_change_shows_exactly_the_changed_hits(

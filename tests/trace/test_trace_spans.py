@@ -10,7 +10,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from trace_fixtures import ASKED, NOTES_V1, OFF_TOPIC, open_app
 
-from citerag.app import Citerag, SearchOptions, Source
+from citerag.app.home import Citerag
+from citerag.app.models import SearchOptions
+from citerag.ingest.files import Source
 from citerag.trace import OPERATION
 
 

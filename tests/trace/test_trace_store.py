@@ -9,10 +9,10 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from trace_fixtures import ASKED, NOTES_V1, open_app
 
-from citerag.app import Source
 from citerag.errors import CiteragError
+from citerag.eval.replay import replay
+from citerag.ingest.files import Source
 from citerag.settings import Settings, SettingsError
-from citerag.trace.replay import replay
 
 
 def test_the_store_keeps_the_newest_traces(tmp_path: Path, exported: InMemorySpanExporter) -> None:

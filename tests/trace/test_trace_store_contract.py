@@ -9,8 +9,6 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -18,9 +16,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from trace_fixtures import NOTES_V1, open_app
 
+from citerag.backends import open_backend
 from citerag.settings import Settings
+from citerag.store.base import Store
 from citerag.trace import OPERATION
-from citerag.trace.store import TraceStore, open_trace_store, root_span, spans_named
+from citerag.trace.base import TraceStore
+from citerag.trace.store import root_span, spans_named
 from citerag.trace.store_sqlite import FILE_NAME, SqliteTraceStore
 
 QUESTION = "When does the ferry to Quillby Island leave?"
@@ -40,6 +41,11 @@ def operation(name: str = "search", hits: tuple[int, ...] = (7, 3)) -> list[Read
     spans = list(exporter.get_finished_spans())
     assert spans[-1].name == f"citerag.{name}"
     return spans
+
+
+def open_trace_store(settings: Settings, store: Store | None = None) -> TraceStore | None:
+    """The collection's trace store, as its backend bundle makes it."""
+    return open_backend(settings).traces(settings, store)
 
 
 @dataclass
@@ -161,25 +167,18 @@ def test_trace_keep_0_keeps_no_store(tmp_path: Path) -> None:
 
 
 def test_postgresql_borrows_the_stores_pool_and_collection(pg_url: str, tmp_path: Path) -> None:
-    import psycopg
-    from psycopg_pool import ConnectionPool
-
-    from citerag.store.pg_migrate import migrate
     from citerag.trace.store_postgres import PostgresTraceStore
 
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        migrate(conn)
-        row = conn.execute("INSERT INTO collections (name) VALUES ('team') RETURNING id").fetchone()
-    assert row is not None
-    pool: ConnectionPool[Any] = ConnectionPool(pg_url, min_size=1, max_size=2, open=True,
-                                                  kwargs={"autocommit": True})
-    store = SimpleNamespace(pool=pool, collection_id=row[0])  # what citerag.store.postgres.PostgresStore exposes
-    traces = open_trace_store(Settings(index_dir=tmp_path, store_url=pg_url, collection="team"), store)
-    assert isinstance(traces, PostgresTraceStore) and traces.pool is pool and traces.collection_id == row[0]
+    settings = Settings(index_dir=tmp_path, store_url=pg_url, collection="team")
+    backend = open_backend(settings)
+    store = backend.store(settings, create=True)
+    traces = backend.traces(settings, store)
+    pool, collection_id = store.pool, store.collection_id  # type: ignore[attr-defined]  # a PostgresStore's
+    assert isinstance(traces, PostgresTraceStore) and traces.pool is pool and traces.collection_id == collection_id
     written = traces.write(operation(), {}, "team")
     traces.close()  # borrowed: the store's pool stays open
     assert not pool.closed and traces.get(written) is not None
-    pool.close()
+    store.close()
 
 
 def test_postgresql_keeps_nothing_until_the_collection_exists(pg_url: str, tmp_path: Path) -> None:
@@ -229,7 +228,7 @@ def test_postgresql_writers_in_parallel_stay_bounded(pg_backend: Backend) -> Non
 
 def test_a_postgresql_collection_keeps_its_traces_in_its_database(pg_url: str, tmp_path: Path,
                                                                    exported: InMemorySpanExporter) -> None:
-    from citerag.app import Source
+    from citerag.ingest.files import Source
     from citerag.trace.store_postgres import PostgresTraceStore
 
     with open_app(tmp_path / "index", store_url=pg_url, trace_keep=3) as app:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from citerag.app import Citerag, Settings
+from citerag.app.home import Citerag
+from citerag.settings import Settings
 
 NOTES_V1 = """# Harbor notes
 

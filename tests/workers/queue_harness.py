@@ -14,15 +14,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 
-from citerag.app import Citerag, Source
-from citerag.service.jobs import Job, open_queue
-from citerag.service.originals import UPLOAD_SCHEME, save_original
+from citerag.app.home import Citerag
+from citerag.app.uploads import index_upload
+from citerag.ingest.files import Source
+from citerag.jobs import Job, open_queue
 from citerag.settings import Settings, load_settings
+from citerag.types import UPLOAD_SCHEME
 
 HERE = Path(__file__).resolve().parent
 LEASE_S = 4.0  # short, so that a dead worker's job moves on within seconds
@@ -145,11 +148,11 @@ def submit(settings: Settings, files: list[tuple[str, bytes]]) -> dict[str, int]
     ids: dict[str, int] = {}
     with Citerag.open_home(settings) as core:
         collection = core.collection()
-        queue = open_queue(core, settings)
+        queue = open_queue(settings, partial(index_upload, core))
         queue.start()
         try:
             for name, data in files:
-                sha = save_original(collection, data)
+                sha = collection.save_original(data)
                 doc = collection.accept(Source(UPLOAD_SCHEME + name, data, name)).document
                 queue.submit(Job(collection.name, doc.id, doc.name, sha))
                 ids[name] = doc.id

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 from queue_harness import make_home
 
-from citerag.workers import queue as q
+from citerag.jobs import procrastinate as q
 
 
 def worker(home: Path, *env: tuple[str, str]) -> subprocess.CompletedProcess[str]:

@@ -6,14 +6,16 @@ a worker says it did."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 from queue_harness import ATTEMPTS, HERE, LEASE_S, Pool, database, make_home, submit, wait_for
 
-from citerag.app import Citerag
-from citerag.ingest import Source
-from citerag.service.jobs import Job, open_queue
-from citerag.service.originals import UPLOAD_SCHEME, save_original
+from citerag.app.home import Citerag
+from citerag.app.uploads import index_upload
+from citerag.ingest.files import Source
+from citerag.jobs import Job, open_queue
+from citerag.types import UPLOAD_SCHEME
 from corpus_paths import DATA, DEV_CORPUS
 
 SMALL = [DEV_CORPUS / n for n in ("apa.en.html", "pr01.en.html", "ch08.en.html", "ch03.en.html", "ch04.en.html",
@@ -146,9 +148,9 @@ def _submit_to(core: Citerag, name: str, path: Path) -> int:
     """Upload one file into collection `name` as the API does; its document id."""
     collection = core.collection(name)
     data = path.read_bytes()
-    sha = save_original(collection, data)
+    sha = collection.save_original(data)
     doc = collection.accept(Source(UPLOAD_SCHEME + path.name, data, path.name)).document
-    queue = open_queue(core, core.collection().settings)
+    queue = open_queue(core.collection().settings, partial(index_upload, core))
     queue.start()
     try:
         queue.submit(Job(name, doc.id, doc.name, sha))
@@ -181,7 +183,7 @@ def test_a_collection_deleted_and_created_again_is_served_by_a_running_worker(pg
 def test_succeeded_jobs_older_than_a_week_are_pruned_and_failed_ones_kept(pg_url: str, tmp_path: Path) -> None:
     import asyncio
 
-    from citerag.workers.queue import worker_app
+    from citerag.jobs.procrastinate import worker_app
     from citerag.workers.recovery import KEEP_SUCCEEDED_H, prune_finished
     from citerag.workers.tasks import Runtime
 

@@ -22,16 +22,16 @@ from citerag.app.models import (
 )
 from citerag.app.query import Query, best_distances, trace_options
 from citerag.app.shared import Shared
+from citerag.backends import open_backend
 from citerag.errors import CiteragError
-from citerag.index import open_search
-from citerag.ingest import Discovered, Indexer, IngestReport, Outcome, Progress, Source, discover, is_stale
-from citerag.originals import read_original
+from citerag.ingest.files import Discovered, IngestReport, Outcome, Source, discover
+from citerag.ingest.indexer import Indexer, Progress, is_stale
+from citerag.originals import read_original, save_original
 from citerag.refusal import RefusalRule
 from citerag.settings import Settings
 from citerag.store import ChunkStats, Store
 from citerag.trace import sink
 from citerag.trace.setup import Sink
-from citerag.trace.store import open_trace_store
 from citerag.types import Answer, Document, SearchResult, StoredChunk
 
 log = logging.getLogger("citerag")
@@ -48,14 +48,16 @@ class Collection:
         self.indexer = Indexer(store, settings, lambda: app.encoder(settings.embedding_model))
         self.write_lock = threading.Lock()  # a server's writers to this collection take turns (indexing, deleting)
         self._accept_lock = threading.Lock()
-        self.search_backend = open_search(settings)
+        backend = open_backend(settings)
+        self.search_backend = backend.search(settings)
+        self.originals = backend.originals(settings, store)  # uploaded bytes, by SHA-256
         # Defaults this collection does not follow because its documents were indexed otherwise (app/stamps.py).
         self.newer_defaults: dict[str, Any] = {}
         self.identity: object | None = None  # the catalog's identity of it when opened (see Citerag.refresh)
         # What the last automatic calibration did (the CLI reports it): the rule fitted, or why none was.
         self.last_calibration: RefusalRule | CiteragError | None = None
         # Traces beside a sqlite store, or in a PostgreSQL store's database through its pool (None: trace_keep 0).
-        self.traces = open_trace_store(settings, store)
+        self.traces = backend.traces(settings, store)
 
     @property
     def location(self) -> str:
@@ -149,7 +151,20 @@ class Collection:
             self.persist_indexes()
 
     def _upload(self, doc: Document) -> bytes | None:
-        return read_original(self, doc)
+        return self.read_original(doc)
+
+    # Uploaded originals (citerag.originals): what a citation opens and a queue worker indexes.
+    def save_original(self, data: bytes) -> str:
+        """Keep an upload's bytes before its document exists (so its job always finds them); their SHA-256."""
+        return save_original(self.originals, data)
+
+    def read_original(self, doc: Document, sha256: str | None = None) -> bytes | None:
+        """The bytes with hash `sha256` (default: the indexed version's), or None when they are gone."""
+        return read_original(self.originals, doc, sha256)
+
+    def forget_original(self, sha256: str) -> None:
+        """Remove stored bytes no document of the collection refers to any more."""
+        self.originals.remove_unreferenced(sha256)
 
     def fail_document(self, document_id: int, sha256: str, name: str, reason: str) -> Outcome:
         """A document whose indexing failed outside index_document (a crashed worker, an outage) ends `failed`

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from citerag.errors import CiteragError
-from citerag.ingest import display_path
+from citerag.ingest.files import display_path
 from citerag.settings import DEFAULT_ENCODER
 from citerag.types import Chunk, Extracted
 

@@ -21,18 +21,25 @@ from citerag.app.collection import Collection
 from citerag.app.models import AskOptions, CollectionStatus, SearchOptions
 from citerag.app.shared import Shared
 from citerag.app.stamps import keep_indexed_choices
-from citerag.catalog import Catalog, open_catalog
+from citerag.backends import open_backend
+from citerag.catalog.base import Catalog
 from citerag.errors import CiteragError
-from citerag.ingest import Discovered, IngestReport, Outcome, Progress, Source
+from citerag.ingest.files import Discovered, IngestReport, Outcome, Source
+from citerag.ingest.indexer import Progress
+from citerag.keystore.base import KeyStore
 from citerag.settings import Settings, load_settings
-from citerag.store import Store, open_store_url
 from citerag.trace import configure
 from citerag.types import Answer, SearchResult
 
 
-def _open_store(settings: Settings, create: bool) -> Store:
-    return open_store_url(settings.store_url, create=create, collection=settings.collection,
-                          read_url=settings.store_read_url, lexical=settings.lexical)
+def open_catalog(home: Settings) -> Catalog:
+    """The collections of the home these settings name (`citerag keys create` checks one exists)."""
+    return open_backend(home).catalog(home)
+
+
+def open_key_store(home: Settings) -> KeyStore:
+    """The API keys of the home these settings name (the service's and `citerag keys`)."""
+    return open_backend(home).key_store(home)
 
 
 class Citerag(Shared):
@@ -83,7 +90,7 @@ class Citerag(Shared):
                 raise CiteragError(f"collection {settings.collection!r} is already open")
             configure(settings.otlp_endpoint)
             identity = self.catalog.identity(settings.collection) if self.catalog is not None else None
-            store = _open_store(settings, create)
+            store = open_backend(settings).store(settings, create)
             kept = keep_indexed_choices(settings, store)
             collection = Collection(self, kept.settings, store)
             collection.identity = identity

@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from citerag.errors import CiteragError
-from citerag.settings import Settings
+from citerag.settings import CLIENT_SETTINGS, Settings
 
 # What an API client may set on a collection it creates: retrieval and the refusal rule. Not the generator's
 # endpoint or model path: those are the operator's (a client could otherwise point the server at any host).
-CLIENT_SETTINGS = ("threshold", "refusal", "max_sources", "mode", "k", "rrf_k", "strategy", "target", "overlap",
-                   "semantic_percentile", "vector_index")
 
 
 class Catalog(Protocol):

@@ -10,8 +10,9 @@ import shutil
 from typing import Any
 
 from citerag.catalog.base import check_changes
+from citerag.config_file import set_in_config_file
 from citerag.errors import CiteragError
-from citerag.settings import CONFIG_NAME, Settings, load_settings, set_in_config_file, sqlite_url
+from citerag.settings import CONFIG_NAME, Settings, load_settings, sqlite_url
 
 
 class FolderCatalog:

@@ -1,30 +1,31 @@
 """Collections of a PostgreSQL home: rows of `collections` in the store's database, each with the settings a
 client gave it (JSON); every other setting is the home's (the operator's). The home collection is the one the
-home settings name; the others are created and deleted through the API."""
+home settings name; the others are created and deleted through the API. Deleting one drops the collection's
+rows through `drop`, which citerag.backends.postgres wires to the store's own `drop_collection`."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg_pool import PoolTimeout
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from citerag.catalog.base import check_changes
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.settings import Settings, redact_url
 from citerag.store.pg_migrate import ensure_current
 
+CONNECT_TIMEOUT_S = 10
+DropCollection = Callable[[str], None]  # removes the named collection and every row of it, in one transaction
+
 
 class PostgresCatalog:
-    def __init__(self, home: Settings) -> None:
-        from psycopg_pool import ConnectionPool
-
-        from citerag.store.postgres import CONNECT_TIMEOUT_S
-
+    def __init__(self, home: Settings, drop: DropCollection) -> None:
         self.home = home
+        self._drop = drop
         self._where = redact_url(home.store_url)
         # A small pool: the service asks the catalog on every request (is the path's collection still there?).
         self._pool = ConnectionPool(home.store_url, min_size=1, max_size=4, name="citerag-catalog", open=False,
@@ -81,14 +82,8 @@ class PostgresCatalog:
         return rows[0][0] if rows else None
 
     def delete(self, name: str) -> None:
-        from citerag.store.postgres import PostgresStore
-
         if name == self.home.collection:
             raise CiteragError(f"the home collection {name!r} cannot be deleted")
         if not self.exists(name):
             raise CiteragError(f"no collection {name!r}")
-        store = PostgresStore(self.home.store_url, name)
-        try:
-            store.drop_collection()
-        finally:
-            store.close()
+        self._drop(name)

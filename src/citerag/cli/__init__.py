@@ -16,8 +16,8 @@ import click
 from citerag.cli import local, ops, serve, trace, worker
 from citerag.errors import CiteragError
 
-# Commands loaded only when asked for: citerag.eval.command imports citerag.cli.options, so importing it here
-# would be a circle whenever citerag.eval.command is imported first.
+# Commands loaded only when asked for: the evaluation's modules (reports, statistics) are not worth loading for
+# every other command's start.
 _LAZY = {"eval": "citerag.cli.eval:eval_command"}
 
 

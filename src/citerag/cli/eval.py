@@ -1,10 +1,212 @@
-"""`citerag eval`: the command lives with the evaluation (citerag.eval.command); this module only hands it over.
-
-citerag.eval.command imports the shared options (citerag.cli.options), so the group loads this module only when
-the command is asked for (see citerag.cli): importing citerag.eval.command first must not go round in a circle."""
+"""`citerag eval`: index the corpus per strategy and embedder, run every query, write the reports,
+and optionally gate against a baseline report."""
 
 from __future__ import annotations
 
-from citerag.eval.command import eval_command
+import json
+from pathlib import Path
+from typing import Any
 
-__all__ = ["eval_command"]
+import click
+
+from citerag.app.collection import Collection
+from citerag.app.home import Citerag
+from citerag.app.models import AskOptions
+from citerag.cli.options import generator_options
+from citerag.errors import CiteragError
+from citerag.eval.devset import dev_set
+from citerag.settings import DEFAULT_ENCODER, MODES, Settings
+
+ALL_STRATEGIES = "A,B,C,D,E,F"
+
+
+def _load_report(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CiteragError(f"no such baseline report: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CiteragError(f"cannot read baseline report {path}: {exc}") from exc
+    if not isinstance(data, dict) or "configurations" not in data:
+        raise CiteragError(f"{path} is not a citerag eval report")
+    return data
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CiteragError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: bool) -> Any:
+    """What run_eval calls with the default configuration's collection: the answer-level figures."""
+    from citerag.eval.answers import evaluate_answers
+
+    def hook(collection: Collection) -> dict[str, Any]:
+        return evaluate_answers(collection, qs, oods, options, judge=judge, log=lambda s: click.echo(s, err=True))
+
+    return hook
+
+
+@click.command("eval")
+@click.option("--dev-set", "dev_set_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="A dev-set folder (corpus/, questions.jsonl, ood.jsonl, phrases.jsonl, devset.json): sets "
+              "--corpus, --questions, --ood, --phrases and --exclude.")
+@click.option("--corpus", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder of documents to index.")
+@click.option("--questions", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="questions.jsonl: id, truth, style, query, needle, source.")
+@click.option("--ood", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="ood.jsonl: out-of-domain queries (id, kind, query) for threshold calibration.")
+@click.option("--phrases", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="phrases.jsonl: exact-words queries (text pasted from the corpus), scored apart.")
+@click.option("--strategies", default=ALL_STRATEGIES, show_default=True, help="Chunking strategies, comma-separated.")
+@click.option("--retrievers", default=",".join(MODES), show_default=True, help=", ".join(MODES) + ".")
+@click.option("--embedders", default=DEFAULT_ENCODER, show_default=True,
+              help="Embedding models, comma-separated (minilm+use, all-MiniLM-L6-v2, use-multilingual-v3, "
+              "multilingual-e5-small, minilm+e5+use).")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=True, file_okay=False), default=Path("eval-report"),
+              show_default=True, help="Where report.json, report.md and report.html go.")
+@click.option("--cache", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Index cache (default OUT/indexes); unchanged indexes are reused.")
+@click.option("--cost-ratio", type=click.FloatRange(min=0, min_open=True), default=3.0, show_default=True,
+              help="Cost of a bluff relative to a refusal, for the recommended threshold.")
+@click.option("--threshold", type=float, default=None,
+              help="Threshold to report the gate at besides the recommended one (default: the configured 0.675).")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="An earlier report.json to compare with, query by query.")
+@click.option("--gate", is_flag=True, help="Exit non-zero on a significant paired loss or a newly destroyed answer "
+              "against --baseline.")
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="Leave out corpus files whose name or relative path matches (repeatable), e.g. '*.pdf'.")
+@click.option("--vector-index", type=click.Choice(["exact", "hnsw"]), default="exact", show_default=True,
+              help="Dense search: exact (what the baseline measures) or the approximate HNSW graph.")
+@click.option("--lexical", type=click.Choice(["reference", "stemmed"]), default="stemmed", show_default=True,
+              help="Tokenisation of BM25 and exact words: the reference's [a-z0-9]+ or stemmed Unicode words.")
+@click.option("--no-html", is_flag=True, help="Skip report.html and its PNGs (no matplotlib needed).")
+@click.option("--rerank", "rerank_model", metavar="MODEL_DIR", default=None,
+              help="Also evaluate hybrid+rerank: hybrid's shortlist reordered by this cross-encoder folder.")
+@click.option("--shortlist", type=click.IntRange(1, 1000), default=25, show_default=True,
+              help="Hits the reranker scores.")
+@click.option("--generate", is_flag=True, help="Also answer every query through the answer pipeline (first "
+              "strategy, dense unless --retrievers lacks it, reranked with --rerank) and report answer figures.")
+@generator_options(default="extractive")
+@click.option("--judge", is_flag=True, help="With --generate: score each answer with the generator as an LLM judge "
+              "(needs --generator llama or openai).")
+def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path | None, ood: Path | None,
+                 phrases: Path | None, strategies: str, retrievers: str, embedders: str,
+                 out: Path, cache: Path | None, cost_ratio: float, threshold: float | None, baseline: Path | None,
+                 gate: bool, exclude: tuple[str, ...], vector_index: str, lexical: str, no_html: bool,
+                 rerank_model: str | None,
+                 shortlist: int,
+                 generate: bool, generator: str, llm_model_path: str | None, openai_base_url: str | None,
+                 openai_model: str | None, generator_timeout: float | None, judge: bool) -> None:
+    """Measure retrieval on a needle ground truth: Recall@k, MRR, nDCG@10 with Wilson intervals, destroyed
+    answers, paired sign tests, threshold calibration; optionally gate against a baseline report."""
+    from citerag.eval.gate import compare
+    from citerag.eval.report import attach_baseline, build_report, primary, to_markdown
+    from citerag.eval.runner import parse_list, run_eval
+    from citerag.eval.truth import load_ood, load_questions
+
+    if dev_set_dir is not None:
+        found = dev_set(dev_set_dir)
+        corpus, questions = corpus or found.corpus, questions or found.questions
+        ood, phrases = ood or found.ood, phrases or found.phrases
+        exclude = exclude or found.exclude
+    if corpus is None or questions is None:
+        raise CiteragError("give --dev-set DIR, or --corpus DIR and --questions FILE")
+    if gate and baseline is None:
+        raise CiteragError("--gate needs --baseline REPORT.json")
+    if judge and not generate:
+        raise CiteragError("--judge needs --generate")
+    if judge and generator == "extractive":
+        raise CiteragError("--judge needs an LLM: pass --generator llama or --generator openai "
+                           "(the extractive generator cannot judge)")
+    base = _load_report(baseline) if baseline else None  # fail fast, before hours of embedding
+    strategy_list = parse_list(strategies, list("ABCDEFG"), "strategy")
+    retriever_list = parse_list(retrievers, list(MODES), "retriever")
+    embedder_list = parse_list(embedders, None, "embedder")
+    qs = load_questions(questions)
+    oods = load_ood(ood) if ood else []
+    pasted = load_questions(phrases) if phrases else []
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CiteragError(f"cannot create {out}: {exc.strerror}") from exc
+    # Every index of the run starts from these settings (never from the environment or a config file: the
+    # evaluation measures exactly what its flags say).
+    defaults = Settings().with_changes(threshold=threshold, generator=generator, llm_model_path=llm_model_path,
+                                   openai_base_url=openai_base_url, openai_model=openai_model,
+                                   generator_timeout=generator_timeout, vector_index=vector_index,
+                                   lexical=lexical)
+    ref = defaults.threshold
+    app = Citerag()
+    if rerank_model:
+        app.reranker(rerank_model)  # fail fast on a bad folder, before hours of embedding
+    hook = None
+    if generate:
+        options = AskOptions(mode="dense" if "dense" in retriever_list else retriever_list[0],
+                             rerank_model=rerank_model or "", shortlist=shortlist)
+        hook = _generate_hook(qs, oods, options, judge)
+    with app:
+        run = run_eval(corpus, qs, oods, strategies=strategy_list, retrievers=retriever_list,
+                       embedders=embedder_list, cache=cache or out / "indexes", exclude=exclude,
+                       log=lambda s: click.echo(s, err=True), rerank_model=rerank_model or "", shortlist=shortlist,
+                       generate=hook, generate_strategy="E" if "E" in strategy_list else strategy_list[0],
+                       settings=defaults, app=app, phrases=pasted)
+    settings = {"corpus": str(corpus), "questions": str(questions), "ood": str(ood) if ood else None,
+                "phrases": str(phrases) if phrases else None,
+                "strategies": strategy_list, "retrievers": retriever_list, "embedders": embedder_list,
+                "exclude": list(exclude), "vector_index": vector_index, "lexical": lexical,
+                "rerank": rerank_model or None,
+                "shortlist": shortlist if rerank_model else None, "generate": generator if generate else None}
+    report = build_report(run, qs, oods, settings, cost_ratio=cost_ratio, reference_threshold=ref, phrases=pasted)
+    result = None
+    if base is not None and baseline is not None:
+        result = compare(report, base)
+        attach_baseline(report, str(baseline), result)
+    _write(out / "report.json", json.dumps(report, ensure_ascii=False, separators=(",", ":")) + "\n")
+    _write(out / "report.md", to_markdown(report))
+    if not no_html:
+        from citerag.eval.html import to_html
+
+        def save(name: str, png: bytes) -> None:
+            try:
+                (out / name).write_bytes(png)
+            except OSError as exc:
+                raise CiteragError(f"cannot write {out / name}: {exc.strerror}") from exc
+
+        _write(out / "report.html", to_html(report, save))
+    for c in report["configurations"]:
+        m = c["metrics"]
+        cost = c.get("rerank_latency")
+        click.echo(f"{c['id']:<40} R@1 {m['recall@1']['value']:.3f}  R@4 {m['recall@4']['value']:.3f}  "
+                   f"MRR {m['mrr']['value']:.3f}  destroyed {len(c['destroyed'])}"
+                   + (f"  rerank p50 {cost['p50_ms']:.0f} ms p95 {cost['p95_ms']:.0f} ms" if cost else "")
+                   + (f"  exact words R@4 {c['phrases']['recall@4']['value']:.3f}" if c.get("phrases") else ""))
+    r = primary(report).get("refusal_rule") if report["configurations"] else None
+    if r:
+        b = r["bluffs"]
+        groups = ", ".join(f"{g} {b[g]['count']}/{b[g]['n']}" for g in ("near", "traps", "far"))
+        click.echo(f"calibrated refusal ({primary(report)['id']}, cut {r['threshold']:.3f}): refused "
+                   f"{r['refused']['count']}/{r['refused']['n']}  bluffs {b['count']}/{b['n']} ({groups})")
+    a = report.get("answers")
+    if a:
+        click.echo(f"answers {a['configuration']} ({a['generator']}): refused {a['refused']['count']}/{a['in_domain']}"
+                   f"  bluffs {a['bluffs']['count']}/{a['ood']}  citation accuracy "
+                   f"{a['citation_accuracy']['pooled']['value']:.3f}  needle-supported "
+                   f"{a['needle_supported']['count']}/{a['in_domain']}")
+    click.echo(f"wrote {out / 'report.json'}, report.md{'' if no_html else ', report.html'} "
+               f"({run.seconds:.0f} s)")
+    if result is not None:
+        for note in result.notes:
+            click.echo(f"note: {note}", err=True)
+        if result.failures:
+            for failure in result.failures:
+                click.echo(f"regression: {failure}", err=True)
+            if gate:
+                raise CiteragError(f"regression gate failed: {len(result.failures)} significant regression(s) "
+                                   f"against {baseline}")
+        else:
+            click.echo(f"gate: no significant regression against {baseline}")

@@ -22,9 +22,10 @@ from citerag.cli.options import (
     shortlist_option,
     strategy_option,
 )
-from citerag.ingest import IngestReport, discover
+from citerag.config_file import set_in_config_file
+from citerag.ingest.files import IngestReport, discover
 from citerag.refusal import RefusalRule
-from citerag.settings import Settings, load_settings, set_in_config_file
+from citerag.settings import Settings, load_settings
 
 
 def _emit_json(data: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from citerag.search import MODES
+from citerag.settings import MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from citerag.catalog import open_catalog
+from citerag.app.home import open_catalog
 from citerag.cli.options import index_option
 from citerag.errors import CiteragError
 from citerag.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from citerag.service.keys import KeyInfo, KeyStore
+    from citerag.keystore.base import KeyInfo, KeyStore
 
 
 @click.command("serve")
@@ -117,7 +117,7 @@ def _keys(settings: Settings) -> list[KeyInfo]:
 
 def _key_store(settings: Settings) -> closing[KeyStore]:
     """The home's key store, closed on leaving the `with`: the home's database for a postgresql:// home."""
-    # TODO(lead): through the core
-    from citerag.service.keys import open_key_store
+
+    from citerag.app.home import open_key_store
 
     return closing(open_key_store(settings))

@@ -10,8 +10,8 @@ import click
 from citerag.app.home import Citerag
 from citerag.cli.options import index_option, json_option
 from citerag.errors import CiteragError
+from citerag.eval.replay import replay
 from citerag.settings import load_settings
-from citerag.trace.replay import replay
 
 
 @click.group("trace")

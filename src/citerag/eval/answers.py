@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from citerag.answer.check import answer_figures
-from citerag.app import AskOptions, Collection, Generator, GeneratorError
+from citerag.answer.generators.base import Generator, GeneratorError
+from citerag.app.collection import Collection
+from citerag.app.models import AskOptions
 from citerag.eval.metrics import estimate, latency
 from citerag.eval.truth import OodQuery, Question
 from citerag.types import Answer

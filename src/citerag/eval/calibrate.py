@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from citerag.app import gate
+from citerag.search.gate import gate
 from citerag.types import Hit
 
 

@@ -15,11 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from citerag.app import MODES, Citerag, Collection, SearchOptions, Settings, discover, extract_file
+from citerag.app.collection import Collection
+from citerag.app.files import extract_file
+from citerag.app.home import Citerag
+from citerag.app.models import SearchOptions
 from citerag.chunk import STRATEGIES
 from citerag.errors import CiteragError
 from citerag.eval.needle import NeedleProblem, check_needles, chunk_body, destroyed
 from citerag.eval.truth import OodQuery, Question
+from citerag.ingest.files import discover
+from citerag.settings import MODES, Settings
 from citerag.text import collapse
 from citerag.types import Extracted
 

@@ -8,7 +8,7 @@ them over the live rows, so a score after any sequence of updates equals a fresh
 
 Hand-written, as `citerag.search.bm25` is, because conformance to the reference's tokens and weights is the
 contract; here it is the incremental, persisted form of the same formula. The terms come from the index's
-analyzer (citerag.search.analyzer: the reference's tokens, or stemmed Unicode words), which the saved state
+analyzer (citerag.index.analyzer: the reference's tokens, or stemmed Unicode words), which the saved state
 names, so an index is never read with another tokenisation than it was built with (sync.load rebuilds it).
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from citerag.index.analyzer import REFERENCE, Analyzer
 from citerag.index.base import Rows
 from citerag.index.files import load_arrays, new_name, save_array, save_arrays
 from citerag.lang import DEFAULT
-from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import ChunkBatch
 
 FREEZE_ROWS = 50_000  # in-memory postings become an array segment past this many rows (Python lists are heavy)

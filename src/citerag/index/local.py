@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from citerag.errors import StoreUnavailable
+from citerag.index.analyzer import REFERENCE, Analyzer
 from citerag.index.base import SearchPair
 from citerag.index.sync import IndexLockTimeout, SearchIndexes, index_dir, load, persist
-from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import Store, StoreView
 
 log = logging.getLogger(__name__)

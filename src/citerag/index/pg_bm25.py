@@ -10,7 +10,7 @@ SQL instead (float8, ordered sums) gave the same bits but took twice as long: Po
 few hundred thousand postings of a stop-word query row by row, numpy as arrays. PostgreSQL's text search
 (ts_rank) weighs differently and is not used.
 
-The tokenisation (citerag.search.analyzer) is part of the rows' key: lexical_chunks.model holds the embedding
+The tokenisation (citerag.index.analyzer) is part of the rows' key: lexical_chunks.model holds the embedding
 model for the reference's tokens and "MODEL|stemmed" for stemmed ones (`lexical_key`), so postings of one
 tokenisation are never scored with another's query terms; DatabaseSearch refuses a search whose tokenisation
 the collection has no rows for.
@@ -32,8 +32,8 @@ import numpy as np
 from psycopg import Connection, Cursor
 from psycopg.rows import TupleRow, tuple_row
 
+from citerag.index.analyzer import REFERENCE, Analyzer
 from citerag.lang import DEFAULT
-from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import ChunkBatch
 
 _LIVE = "SELECT count(*), COALESCE(sum(length), 0) FROM lexical_chunks WHERE collection_id = %s AND model = %s"

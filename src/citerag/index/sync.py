@@ -22,12 +22,12 @@ from typing import Any
 from filelock import FileLock
 from filelock import Timeout as IndexLockTimeout
 
+from citerag.index.analyzer import REFERENCE, Analyzer
 from citerag.index.base import LexicalIndex, VectorIndex
 from citerag.index.bm25 import Bm25Index
 from citerag.index.exact import ExactIndex
 from citerag.index.files import new_name
 from citerag.index.hnsw import HnswIndex
-from citerag.search.analyzer import REFERENCE, Analyzer
 from citerag.store.base import Store, StoreView
 
 log = logging.getLogger(__name__)

@@ -4,10 +4,11 @@ A key is scoped to one collection (read < write < admin), or, created without a 
 (creates collections, sees all). SHA-256 rather than a slow password hash: the secret is 192 random bits, so
 there is nothing to brute-force, and every request checks a key.
 
-Where keys live follows the home's store (`open_key_store`): a sqlite:/// home keeps them in HOME/keys.sqlite3
-(citerag.keystore.sqlite); a postgresql:// home in the database's `api_keys` table (citerag.keystore.postgres), so
-a key created on one machine opens every API process on every machine. Both backends share everything but the
-SQL: the token format, the hash, the scope rules and the constant-time check are here.
+Where keys live follows the home's store (citerag.backends picks the backend): a sqlite:/// home keeps them in
+HOME/keys.sqlite3 (citerag.keystore.sqlite); a postgresql:// home in the database's `api_keys` table
+(citerag.keystore.postgres), so a key created on one machine opens every API process on every machine. Both
+backends share everything but the SQL: the token format, the hash, the scope rules and the constant-time check
+are in citerag.keystore.base.
 
 This package sits outside citerag.service because the PostgreSQL backend applies the schema migrations
 (citerag.store.pg_migrate), which the service's modules may not import (tests/test_layering.py);
@@ -16,132 +17,19 @@ citerag.service.keys re-exports it for the service.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from citerag.keystore.base import (
+    LOCAL,
+    PREFIX,
+    SCOPES,
+    KeyInfo,
+    KeyStore,
+    NewKey,
+    Principal,
+    check,
+    digest,
+    new_key,
+    token_prefix,
+)
 
-from citerag.errors import CiteragError
-
-if TYPE_CHECKING:
-    from citerag.settings import Settings
-
-SCOPES = ("read", "write", "admin")
-PREFIX = "crk_"
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is asking: a key's prefix, its collection (None = every collection) and its scope."""
-
-    key: str
-    collection: str | None
-    scope: str
-
-    def sees(self, collection: str) -> bool:
-        return self.collection is None or self.collection == collection
-
-    def may(self, collection: str, scope: str) -> bool:
-        return self.sees(collection) and SCOPES.index(self.scope) >= SCOPES.index(scope)
-
-    @property
-    def server_admin(self) -> bool:
-        return self.collection is None and self.scope == "admin"
-
-
-# Local use without keys (loopback only): one user who may do everything.
-LOCAL = Principal("local", None, "admin")
-
-
-@dataclass(frozen=True)
-class KeyInfo:
-    prefix: str
-    collection: str | None
-    scope: str
-    created_at: str
-
-
-@dataclass(frozen=True)
-class NewKey:
-    """A key about to be stored: the token (shown once, never stored) and the row a backend stores."""
-
-    token: str
-    prefix: str
-    digest: str
-    collection: str | None
-    scope: str
-    created_at: str
-
-
-class KeyStore(Protocol):
-    """Where API keys live. Every backend: only the hash stored, `verify` in constant time."""
-
-    def create(self, collection: str | None, scope: str) -> str:
-        """A new key, returned once: only its hash is kept."""
-        ...
-
-    def list(self) -> list[KeyInfo]:
-        """Every key (never the key itself), oldest first."""
-        ...
-
-    def revoke(self, prefix: str) -> bool:
-        """Revoke one key; False when no key has this prefix."""
-        ...
-
-    def revoke_collection(self, collection: str) -> int:
-        """Revoke every key of a deleted collection: a collection created later under its name starts with none."""
-        ...
-
-    def verify(self, token: str) -> Principal | None:
-        """The key's principal, or None for anything that is not a live key."""
-        ...
-
-    def close(self) -> None:
-        """Release connections (a no-op where there are none)."""
-        ...
-
-
-def digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def new_key(collection: str | None, scope: str) -> NewKey:
-    """Check the scope rules and make a random key; the caller stores everything but `token`."""
-    if scope not in SCOPES:
-        raise CiteragError(f"scope {scope!r}: expected one of {', '.join(SCOPES)}")
-    if collection is None and scope != "admin":
-        raise CiteragError("a key without --collection is a server admin key: use --scope admin")
-    prefix = secrets.token_hex(4)
-    token = f"{PREFIX}{prefix}_{secrets.token_urlsafe(24)}"
-    return NewKey(token, prefix, digest(token), collection, scope, datetime.now(UTC).isoformat(timespec="seconds"))
-
-
-def token_prefix(token: str) -> str:
-    """The prefix a token names ('' for anything not shaped like a key): what a backend looks its row up by."""
-    return token[len(PREFIX):].partition("_")[0] if token.startswith(PREFIX) else ""
-
-
-_NO_KEY = digest("no such key")
-
-
-def check(token: str, row: tuple[str, str | None, str] | None) -> Principal | None:
-    """The principal of `row` (digest, collection, scope, as stored under the token's prefix) if `token` is its
-    key. Compared in constant time, and compared even when no row matched, so timing tells nothing."""
-    stored = row[0] if row is not None else _NO_KEY
-    if hmac.compare_digest(stored, digest(token)) and row is not None:
-        return Principal(token_prefix(token), row[1], row[2])
-    return None
-
-
-def open_key_store(settings: Settings) -> KeyStore:
-    """The key store of the home these settings name: its database for a postgresql:// store, else
-    HOME/keys.sqlite3 (HOME = the resolved index directory, as before there was a choice)."""
-    if settings.store_scheme == "postgresql":
-        from citerag.keystore.postgres import PostgresKeyStore
-
-        return PostgresKeyStore(settings.store_url, settings.safe_url)
-    from citerag.keystore.sqlite import SqliteKeyStore
-
-    return SqliteKeyStore(settings.index_dir.expanduser().resolve())
+__all__ = ["LOCAL", "PREFIX", "SCOPES", "KeyInfo", "KeyStore", "NewKey", "Principal", "check", "digest", "new_key",
+           "token_prefix"]

@@ -1,6 +1,6 @@
 """API keys in the database's `api_keys` table (a postgresql:// home): one set of keys for every API process on
 every machine, so `citerag keys create` anywhere opens all of them and `keys revoke` closes all of them at once.
-See citerag.keystore for the format and the checks, which are the SQLite backend's.
+See citerag.keystore.base for the format and the checks, which are the SQLite backend's.
 
 Every read goes to the primary (store_url), never to a replica: a revoked key must stop working everywhere at
 once, not after the replica's lag.
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.keystore import KeyInfo, Principal, check, new_key, token_prefix
+from citerag.keystore.base import KeyInfo, Principal, check, new_key, token_prefix
 from citerag.store.pg_migrate import migrate
 
 try:

@@ -1,11 +1,11 @@
-"""API keys in HOME/keys.sqlite3: one machine's keys (a sqlite:/// home). See citerag.keystore."""
+"""API keys in HOME/keys.sqlite3: one machine's keys (a sqlite:/// home). See citerag.keystore.base."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-from citerag.keystore import KeyInfo, Principal, check, new_key, token_prefix
+from citerag.keystore.base import KeyInfo, Principal, check, new_key, token_prefix
 
 KEYS_FILE = "keys.sqlite3"
 

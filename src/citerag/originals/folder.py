@@ -6,25 +6,21 @@ import errno
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from citerag.errors import FULL, READ_ONLY, StoreUnavailable
-
-if TYPE_CHECKING:  # the application core uses these: imported for types only
-    from citerag.app import Collection
+from citerag.store.base import Store
 
 # The machine's failures, not the upload's: a full disk or quota, a read-only or failing file system.
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
 
 
 class FolderOriginals:
-    def __init__(self, folder: Path, collection: Collection) -> None:
-        self.folder = folder
-        self.collection = collection
+    """`folder` is INDEX/files (citerag.backends.sqlite); `store` is the collection's, which says what is still
+    referred to."""
 
-    @classmethod
-    def of(cls, collection: Collection) -> FolderOriginals:
-        return cls(collection.settings.sqlite_dir / "files", collection)
+    def __init__(self, folder: Path, store: Store) -> None:
+        self.folder = folder
+        self.store = store
 
     def save(self, sha256: str, data: bytes) -> None:
         path = self.folder / sha256
@@ -53,6 +49,6 @@ class FolderOriginals:
             return None
 
     def remove_unreferenced(self, sha256: str) -> None:
-        if any(d.sha256 == sha256 for d in self.collection.documents()):
+        if any(d.sha256 == sha256 for d in self.store.documents()):
             return
         (self.folder / sha256).unlink(missing_ok=True)

@@ -1,23 +1,21 @@
 """Originals in a PostgreSQL store's own database: the `originals` table, keyed by collection id and SHA-256.
 
 Every API process and every queue worker on any machine reaches the same bytes, and deleting a collection
-deletes its originals with it (ON DELETE CASCADE). The store's connection pool is used when it has one; its
-collection id names the collection (looked up by name in `collections` otherwise).
+deletes its originals with it (ON DELETE CASCADE). citerag.backends.postgres passes in how to connect (the
+store's pool) and the collection's id (`PostgresOriginals.by_name` looks it up when there is no store to borrow).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 
-if TYPE_CHECKING:  # the application core uses these: imported for types only
-    from citerag.app import Collection
-
+CONNECT_TIMEOUT_S = 10
 Connect = Callable[[], AbstractContextManager[Any]]
 
 
@@ -28,20 +26,13 @@ class PostgresOriginals:
         self._where = where  # the URL without its password, for messages
 
     @classmethod
-    def of(cls, collection: Collection) -> PostgresOriginals:
-        store = collection.store
-        pool = getattr(store, "pool", None)
-        collection_id = getattr(store, "collection_id", None)
-        url = collection.settings.store_url
-        where = collection.settings.safe_url
+    def by_name(cls, url: str, collection: str, where: str) -> PostgresOriginals:
+        """Originals reached through connections of their own, the collection found by name in `collections`."""
 
         def own() -> AbstractContextManager[Any]:
-            return psycopg.connect(url, autocommit=True, connect_timeout=10)
+            return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
 
-        connect: Connect = pool.connection if pool is not None else own
-        if collection_id is None:
-            collection_id = _collection_id(connect, collection.name, where)
-        return cls(connect, int(collection_id), where)
+        return cls(own, _collection_id(own, collection, where), where)
 
     @contextmanager
     def _conn(self, doing: str) -> Iterator[Any]:

@@ -3,6 +3,6 @@
 from citerag.search.bm25 import BM25, tokenize
 from citerag.search.fuse import rrf
 from citerag.search.gate import gate
-from citerag.search.retriever import MODES, Retriever
+from citerag.search.retriever import Retriever
 
-__all__ = ["BM25", "MODES", "Retriever", "gate", "rrf", "tokenize"]
+__all__ = ["BM25", "Retriever", "gate", "rrf", "tokenize"]

@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 
-from citerag.search.analyzer import REFERENCE, Analyzer
+from citerag.index.analyzer import REFERENCE, Analyzer
 from citerag.text import tokenize
 
 __all__ = ["BM25", "tokenize"]

@@ -10,6 +10,6 @@ def gate(hits: list[Hit], threshold: float, max_sources: int = 4) -> list[Hit]:
     query's words verbatim (`Hit.exact`: the user pasted this passage's words, so it is no bluff to cite it).
 
     Empty means NO ANSWER: the caller must not call a model. The threshold is the collection's calibrated cut
-    (citerag.refusal) or the `threshold` setting; Collection.gate_settings decides which.
+    (citerag.refusal) or the `threshold` setting; Collection.refusal_status decides which.
     """
     return [h for h in hits if h.cosine_distance < threshold or h.exact][:max_sources]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from citerag.search.analyzer import REFERENCE, Analyzer
+from citerag.index.analyzer import REFERENCE, Analyzer
 
 MAX_MATCHES = 8  # chunks a phrase may occur in and still be decisive
 SHORTLIST = 50  # BM25 hits checked for the phrase

@@ -9,15 +9,14 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from citerag.index.analyzer import REFERENCE
 from citerag.index.base import LexicalIndex, VectorIndex
-from citerag.search.analyzer import REFERENCE
 from citerag.search.fuse import rrf
 from citerag.search.phrase import SHORTLIST, exact_matches
+from citerag.settings import MODES
 from citerag.store.base import StoreView
 from citerag.trace import tracer
 from citerag.types import Hit
-
-MODES = ("dense", "bm25", "hybrid", "adaptive")
 
 
 class Retriever:

@@ -11,21 +11,22 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from citerag import __version__
-from citerag.app import Citerag
+from citerag.app.home import Citerag, open_key_store
+from citerag.app.uploads import index_upload
+from citerag.jobs import Job, open_queue
 from citerag.service import errors, metrics
-from citerag.service.jobs import Job, open_queue
-from citerag.service.keys import open_key_store
-from citerag.service.originals import UPLOAD_SCHEME
 from citerag.service.ratelimit import make_limiter
 from citerag.service.routes import answers, collections, documents, pages, traces
 from citerag.service.state import Service, ServiceConfig
 from citerag.settings import Settings
 from citerag.trace.setup import request_span
+from citerag.types import UPLOAD_SCHEME
 
 log = logging.getLogger("citerag.service")
 TRACE_HEADER = "X-Trace-Id"
@@ -43,7 +44,8 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         core = Citerag.open_home(settings)
-        svc = Service(core, open_key_store(settings), open_queue(core, settings), config, limiter)
+        jobs = open_queue(settings, partial(index_upload, core))  # the thread queue's jobs run in this process
+        svc = Service(core, open_key_store(settings), jobs, config, limiter)
         api.state.service = svc
         api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()

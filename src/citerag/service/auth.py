@@ -9,10 +9,10 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
-from citerag.app import Collection
+from citerag.app.collection import Collection
 from citerag.errors import CiteragError
+from citerag.keystore.base import LOCAL, Principal
 from citerag.service.errors import ApiError
-from citerag.service.keys import LOCAL, Principal
 from citerag.service.schemas import COLLECTION_NAME
 from citerag.service.state import Service
 

@@ -14,7 +14,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from citerag.app import EmptyCollection, GeneratorError
+from citerag.answer.generators.base import GeneratorError
+from citerag.app.models import EmptyCollection
 from citerag.errors import FULL, CiteragError, StoreUnavailable
 
 log = logging.getLogger("citerag.service")

@@ -26,9 +26,13 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from citerag.app import Citerag, Collection, Outcome
+from citerag.app.collection import Collection
+from citerag.app.home import Citerag
+from citerag.app.shared import Shared
+from citerag.app.uploads import counting
+from citerag.jobs import IngestQueue
+from citerag.jobs.metrics import IngestMetrics
 from citerag.service.errors import ApiError
-from citerag.service.jobs import IngestQueue
 from citerag.types import Answer, SearchResult
 
 log = logging.getLogger("citerag.service")
@@ -39,28 +43,7 @@ STAGES = ("embed", "retrieve", "rerank", "generate", "total")
 DOCUMENT_STATUSES = ("indexed", "failed", "pending")
 
 # The app whose metrics an open core's answers go to (routes see a Collection, whose .app is the core).
-_BY_CORE: weakref.WeakKeyDictionary[Citerag, Metrics] = weakref.WeakKeyDictionary()
-
-
-class IngestMetrics:
-    """What the ingest queue finished: counted where documents are indexed, by the API process's thread queue, or
-    by each `citerag worker` (its own --metrics-port) when the queue is procrastinate."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.documents = Counter("citerag_ingest_documents",
-                                 "Uploaded documents the ingest queue finished, by outcome.", ["outcome"],
-                                 registry=registry)
-        self.chunks = Counter("citerag_ingest_chunks", "Chunks stored by the documents the queue indexed.",
-                              registry=registry)
-        for outcome in ("indexed", "failed", "unchanged"):
-            self.documents.labels(outcome)
-
-    def finished(self, collection: Collection, outcome: Outcome) -> None:
-        self.documents.labels(outcome.status).inc()
-        if outcome.status == "indexed":
-            doc = collection.document(outcome.document_id)
-            if doc is not None:
-                self.chunks.inc(doc.chunk_count)
+_BY_CORE: weakref.WeakKeyDictionary[Shared, Metrics] = weakref.WeakKeyDictionary()
 
 
 class Metrics:
@@ -90,7 +73,7 @@ class Metrics:
     def bind(self, core: Citerag, jobs: IngestQueue) -> None:
         self.core = core
         _BY_CORE[core] = self
-        jobs.on_finished = self.ingest.finished
+        jobs.on_finished = counting(core, self.ingest.finished)
         self.queue_depth.set_function(jobs.depth)
 
     # Fed by the routes and the queue.
@@ -111,7 +94,7 @@ class Metrics:
         return encoder(self.registry), content_type
 
 
-def for_core(core: Citerag) -> Metrics | None:
+def for_core(core: Shared) -> Metrics | None:
     return _BY_CORE.get(core)
 
 

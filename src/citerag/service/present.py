@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from citerag.answer.citations import text_directive, typed_locator
-from citerag.app import DocumentStatus
+from citerag.app.models import DocumentStatus
 from citerag.types import Answer, Citation, Document, Hit, SearchResult
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from citerag.app import Citerag
+from citerag.app.home import Citerag
 from citerag.errors import CiteragError
-from citerag.service.jobs import IngestQueue
-from citerag.service.keys import KeyStore
+from citerag.jobs import IngestQueue
+from citerag.keystore.base import KeyStore
 from citerag.service.ratelimit import OFF, RateLimiter, parse_rate
 
 

@@ -5,18 +5,19 @@ statement names its `collection_id`. A document's rows (document, chunks, vector
 generation) change in one transaction, so a reader, on the primary or on a streaming replica that replays the
 WAL commit by commit, sees a document whole or not at all.
 
-The search indexes live in the same database (citerag.index.pgvector, citerag.index.pg_bm25): the store writes
-them inside its own transaction, and a search reads them inside one REPEATABLE READ transaction (`view()`),
-from `read_url` (a replica) when one is set.
+The search indexes live in the same database: the store writes their rows inside its own transaction, through
+the `search_rows` it is given (citerag.backends.postgres wires pgvector's and BM25's, citerag.index.pgvector and
+citerag.index.pg_bm25), and a search reads them inside one REPEATABLE READ transaction (`view()`), from
+`read_url` (a replica) when one is set.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,7 +25,8 @@ from citerag.errors import CiteragError, StoreUnavailable, Superseded, first_lin
 from citerag.settings import redact_url
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.store.pg_migrate import ensure_current
-from citerag.types import Chunk, Document, Locator, StoredChunk
+from citerag.store.postgres_reads import DOC_COLUMNS, PostgresView, document
+from citerag.types import Chunk, Document, Locator
 
 try:
     import psycopg
@@ -36,8 +38,6 @@ except ImportError as exc:  # the [postgres] extra is optional
 POOL_SIZE = 8  # connections per pool and process: an API process answers from a thread pool
 CONNECT_TIMEOUT_S = 10
 
-_DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at"
-
 # Failures of the environment rather than of a document: no server, no connection, disk full, too many
 # connections, a server shutting down, a read-only (replica) server. SQLSTATE classes 08, 53, 57P and 25006.
 _ENVIRONMENT = (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction)
@@ -45,12 +45,6 @@ _ENVIRONMENT = (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction)
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _document(row: Sequence[Any]) -> Document:
-    return Document(id=row[0], source_path=row[1], name=row[2], title=row[3], sha256=row[4], status=row[5],
-                    error=row[6], warnings=list(row[7]), chunk_count=row[8], stamps=dict(row[9]),
-                    updated_at=row[10])
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -66,76 +60,27 @@ def _configure_reader(conn: psycopg.Connection[Any]) -> None:
     conn.read_only = True
 
 
-class PostgresView:
-    """One REPEATABLE READ, read-only transaction (see Store.view); `conn` and `collection_id` are what the
-    database-resident search indexes need to search inside it."""
+class SearchRows(Protocol):
+    """One search index's rows of a collection and an embedding model, written in the caller's transaction."""
 
-    def __init__(self, conn: psycopg.Connection[Any], collection_id: int) -> None:
-        self.conn = conn
-        self.collection_id = collection_id
-        row = conn.execute("SELECT generation FROM collections WHERE id = %s", (collection_id,)).fetchone()
-        if row is None:
-            raise CiteragError("the collection was deleted")
-        self.generation = int(row[0])
+    def add(self, batch: ChunkBatch) -> None: ...
 
-    def changed_documents(self, since: int) -> list[int] | None:
-        return [r[0] for r in self.conn.execute(
-            "SELECT DISTINCT document_id FROM changes WHERE collection_id = %s AND generation > %s"
-            " ORDER BY document_id", (self.collection_id, since))]
+    def remove_documents(self, document_ids: Iterable[int]) -> None: ...
 
-    def indexed_chunks(self, embedding_model: str, document_ids: Sequence[int] | None = None,
-                       batch: int = 20_000) -> Iterator[ChunkBatch]:
-        sql = ("SELECT c.id, c.document_id, c.text, v.embedding FROM chunks c"
-               " JOIN documents d ON d.id = c.document_id"
-               " JOIN chunk_vectors v ON v.collection_id = c.collection_id AND v.chunk_id = c.id"
-               " WHERE c.collection_id = %s AND d.status = 'indexed' AND d.stamps->>'embedding_model' = %s")
-        args: list[Any] = [self.collection_id, embedding_model]
-        if document_ids is not None:
-            sql += " AND c.document_id = ANY(%s)"
-            args.append(list(document_ids))
-        with self.conn.cursor(name="indexed_chunks") as cursor:  # server-side: a million rows never all in memory
-            cursor.execute(sql + " ORDER BY c.id", args)
-            while rows := cursor.fetchmany(batch):
-                yield ChunkBatch(ids=np.array([r[0] for r in rows], dtype=np.int64),
-                                 document_ids=np.array([r[1] for r in rows], dtype=np.int64),
-                                 texts=[r[2] for r in rows],
-                                 vectors=np.stack([_array(r[3]) for r in rows]))
 
-    def chunks(self, ids: Iterable[int]) -> dict[int, StoredChunk]:
-        rows = self.conn.execute(
-            "SELECT id, document_id, ordinal, text, content, section, start_offset, end_offset FROM chunks"
-            " WHERE collection_id = %s AND id = ANY(%s)", (self.collection_id, list(ids))).fetchall()
-        return {r[0]: StoredChunk(*r) for r in rows}
-
-    def documents(self, ids: Iterable[int]) -> dict[int, Document]:
-        out: dict[int, Document] = {}
-        for row in self.conn.execute(f"SELECT {_DOC_COLUMNS}, locators FROM documents"
-                                     " WHERE collection_id = %s AND id = ANY(%s)", (self.collection_id, list(ids))):
-            doc = _document(row)
-            doc.locators = [Locator.from_json(d) for d in row[-1]]
-            out[doc.id] = doc
-        return out
-
-    def texts(self, ids: Iterable[int]) -> dict[int, str]:
-        return {r[0]: r[1] for r in self.conn.execute(
-            "SELECT id, canonical_text FROM documents WHERE collection_id = %s AND id = ANY(%s)"
-            " AND canonical_text IS NOT NULL", (self.collection_id, list(ids)))}
-
-    def excluded_documents(self, embedding_model: str) -> int:
-        return int(self.conn.execute(
-            "SELECT count(*) FROM documents WHERE collection_id = %s AND status = 'indexed'"
-            " AND stamps->>'embedding_model' IS DISTINCT FROM %s", (self.collection_id, embedding_model)
-        ).fetchone()[0])  # type: ignore[index]
+# The search indexes' rows of (the transaction's connection, collection id, embedding model): what the store
+# writes beside a document's chunks, in the same transaction (citerag.backends.postgres wires them).
+SearchRowsOf = Callable[[psycopg.Connection[Any], int, str], Sequence[SearchRows]]
 
 
 class PostgresStore:
     """One collection in a PostgreSQL database (see the module docstring)."""
 
-    def __init__(self, url: str, collection: str = "default", create: bool = False, read_url: str = "",
-                 lexical: str = "reference") -> None:
+    def __init__(self, url: str, collection: str = "default", create: bool = False, read_url: str = "", *,
+                 search_rows: SearchRowsOf) -> None:
         self.url = url
         self.collection = collection
-        self.lexical = lexical  # the tokenisation of the BM25 postings this store writes (citerag.search.analyzer)
+        self._search_rows = search_rows
         self._where = redact_url(url)
         self._closed = False
         try:
@@ -201,14 +146,6 @@ class PostgresStore:
         conn.execute("INSERT INTO changes (collection_id, generation, document_id) VALUES (%s, %s, %s)",
                      (self.collection_id, row[0], doc_id))
 
-    def _indexes(self, conn: psycopg.Connection[Any], model: str) -> tuple[Any, Any]:
-        from citerag.index.pg_bm25 import PgBm25Index
-        from citerag.index.pgvector import PgVectorIndex
-        from citerag.search.analyzer import Analyzer
-
-        return PgVectorIndex(conn, self.collection_id, model), \
-            PgBm25Index(conn, self.collection_id, model, analyzer=Analyzer(self.lexical))
-
     def _drop_version(self, conn: psycopg.Connection[Any], doc_id: int) -> None:
         """Remove a document's chunks and its rows in every search index (whatever model indexed it)."""
         models = [r[0] for r in conn.execute(
@@ -216,18 +153,18 @@ class PostgresStore:
             " UNION SELECT DISTINCT model FROM lexical_chunks WHERE collection_id = %s AND document_id = %s",
             (self.collection_id, doc_id, self.collection_id, doc_id))]
         for model in models:
-            for index in self._indexes(conn, model):
+            for index in self._search_rows(conn, self.collection_id, model):
                 index.remove_documents([doc_id])
         conn.execute("DELETE FROM chunks WHERE collection_id = %s AND document_id = %s", (self.collection_id, doc_id))
 
     # Reading
     def _documents(self, where: str, args: tuple[Any, ...], locators: bool = False) -> list[Document]:
         with self._read() as conn:
-            rows = conn.execute(f"SELECT {_DOC_COLUMNS}, locators FROM documents WHERE collection_id = %s {where}",
+            rows = conn.execute(f"SELECT {DOC_COLUMNS}, locators FROM documents WHERE collection_id = %s {where}",
                                 (self.collection_id, *args)).fetchall()
         out = []
         for row in rows:
-            doc = _document(row)
+            doc = document(row)
             if locators:
                 doc.locators = [Locator.from_json(d) for d in row[-1]]
             out.append(doc)
@@ -311,7 +248,7 @@ class PostgresStore:
                 batch = ChunkBatch(ids=np.array(ids, dtype=np.int64),
                                    document_ids=np.full(len(ids), doc_id, dtype=np.int64),
                                    texts=[c.text for c in chunks], vectors=vecs)
-                for index in self._indexes(conn, model):
+                for index in self._search_rows(conn, self.collection_id, model):
                     index.add(batch)
             conn.execute(
                 "UPDATE documents SET title = %s, sha256 = %s, status = 'indexed', error = NULL, warnings = %s,"
@@ -378,34 +315,4 @@ class PostgresStore:
 
     def snapshot(self, embedding_model: str) -> Snapshot:
         with self.view() as view:
-            conn = view.conn
-            docs: dict[int, Document] = {}
-            texts: dict[int, str] = {}
-            excluded = 0
-            for row in conn.execute(f"SELECT {_DOC_COLUMNS}, locators, canonical_text FROM documents"
-                                    " WHERE collection_id = %s AND status = 'indexed' ORDER BY source_path",
-                                    (self.collection_id,)):
-                doc = _document(row)
-                if doc.stamps.get("embedding_model") != embedding_model:
-                    excluded += 1
-                    continue
-                doc.locators = [Locator.from_json(d) for d in row[-2]]
-                docs[doc.id] = doc
-                texts[doc.id] = row[-1]
-            chunks, vectors = [], []
-            for row in conn.execute(
-                    "SELECT c.id, c.document_id, c.ordinal, c.text, c.content, c.section, c.start_offset,"
-                    " c.end_offset, v.embedding FROM chunks c"
-                    " JOIN chunk_vectors v ON v.collection_id = c.collection_id AND v.chunk_id = c.id"
-                    " WHERE c.collection_id = %s ORDER BY c.document_id, c.ordinal", (self.collection_id,)):
-                if row[1] in docs:
-                    chunks.append(StoredChunk(*row[:8]))
-                    vectors.append(_array(row[8]))
-            generation = view.generation
-        matrix = np.stack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
-        return Snapshot(chunks, docs, matrix, excluded, texts=texts, generation=generation)
-
-
-def _array(value: Any) -> np.ndarray:
-    """A pgvector value as float32 (the binary loader gives a Vector, the text one an array)."""
-    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+            return view.snapshot(embedding_model)

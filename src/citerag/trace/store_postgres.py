@@ -1,6 +1,6 @@
 """Traces in the `traces` table of a postgresql:// store's database: one table for every collection (each row
 names its collection_id), written by every API process and worker, so a trace id from any of them opens on any
-other. See citerag.trace.store.
+other. See citerag.trace.base.
 
 Reads and writes go to the primary, never to a replica: a client reads a trace back by the id its request just
 returned, before a replica may have replayed it.
@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.store.pg_migrate import migrate
-from citerag.trace.store import trace_row
+from citerag.trace.base import trace_row
 
 try:
     import psycopg

@@ -1,4 +1,4 @@
-"""Traces in INDEX/traces.sqlite3, beside a sqlite:/// store: one collection per file. See citerag.trace.store."""
+"""Traces in INDEX/traces.sqlite3, beside a sqlite:/// store: one collection per file. See citerag.trace.base."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from citerag.trace.store import trace_row
+from citerag.trace.base import trace_row
 
 FILE_NAME = "traces.sqlite3"
 _SCHEMA = """

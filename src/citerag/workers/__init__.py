@@ -7,10 +7,13 @@ has what this needs built in: per-key locks (no document indexed twice at once),
 heartbeats and stalled-job detection (a killed worker's job goes to another worker), and a jobs table the
 API reads for status and queue depth. Dramatiq, RQ or Celery would each need Redis or a broker beside it.
 
-    queue.py     the job's name, queue and lock; the schema; deferring and reading jobs (API and workers)
-    tasks.py     the task itself: index one document through the application core, bounded attempts
+    tasks.py     the task itself: index one document through the application core (citerag.app.uploads), bounded
+                 attempts
     recovery.py  jobs of dead workers: retried after the lease, or failed once out of attempts
     run.py       `citerag worker`: one process, its tasks, its heartbeats and its recovery pass
+
+The job's name, queue and lock, the schema, deferring and reading jobs (the API processes' side too) live in
+citerag.jobs.procrastinate, below the application core.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import procrastinate
 import psycopg
 from procrastinate.jobs import Status
 
-from citerag.workers.queue import QUEUE, TASK, job_of, reaching
+from citerag.jobs.procrastinate import QUEUE, TASK, job_of, reaching
 from citerag.workers.tasks import Runtime
 
 log = logging.getLogger("citerag.workers")
@@ -72,7 +72,7 @@ async def recover_stalled(app: procrastinate.App, runtime: Runtime) -> tuple[int
 
 # Succeeded jobs are kept a week (what ran when, for an operator), then deleted, so that the jobs table does not
 # grow with every upload forever. Failed jobs are kept: a retry of a failed replacement finds its bytes through
-# its job (jobs_procrastinate.last_submitted).
+# its job (citerag.jobs.procrastinate, last_submitted).
 KEEP_SUCCEEDED_H = 24 * 7
 PRUNE_EVERY_S = 3600.0
 

@@ -18,11 +18,11 @@ import socket
 from collections.abc import Coroutine
 from typing import Any
 
-from citerag.app import Citerag
+from citerag.app.home import Citerag
 from citerag.errors import CiteragError
+from citerag.jobs.procrastinate import QUEUE, ensure_schema_async, reaching, worker_app
 from citerag.settings import Settings
 from citerag.workers import check
-from citerag.workers.queue import QUEUE, ensure_schema_async, reaching, worker_app
 from citerag.workers.recovery import recover_forever
 from citerag.workers.tasks import Runtime, register
 
@@ -45,10 +45,11 @@ def _serve_metrics(runtime: Runtime, host: str, port: int) -> None:
     procrastinate the API process never sees an outcome, so each worker is scraped instead."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from citerag.service.metrics import IngestMetrics
+    from citerag.app.uploads import counting
+    from citerag.jobs.metrics import IngestMetrics
 
     registry = CollectorRegistry()
-    runtime.on_finished = IngestMetrics(registry).finished
+    runtime.on_finished = counting(runtime.core, IngestMetrics(registry).finished)
     start_http_server(port, addr=host, registry=registry)
     log.info("metrics on http://%s:%d/metrics", host, port)
 

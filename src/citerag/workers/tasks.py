@@ -2,7 +2,7 @@
 
 The core (Citerag.open_home) composes the store, the indexer and the encoder exactly as the API process does;
 the worker only reads the original bytes from the shared originals and calls Collection.index_document, as the
-in-process thread queue does (citerag.service.jobs.index_upload). A document's own failure (bad file, nothing to
+in-process thread queue does (citerag.app.uploads.index_upload). A document's own failure (bad file, nothing to
 extract) is stored by index_document as `failed` with its reason on the first run; what raises here is the
 environment (the store unreachable, a bug), and that is retried with backoff until the document has had
 `queue_attempts` runs; the last one stores the reason. A crash that takes the worker down is counted by the
@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 import procrastinate
-from procrastinate import JobContext
 
-from citerag.app import Citerag, Collection, Outcome
+from citerag.app.home import Citerag
+from citerag.app.uploads import index_upload, mark_failed
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.service.jobs import Job, index_upload
+from citerag.jobs import Job, OnFinished
+from citerag.jobs.procrastinate import register_task
 from citerag.settings import Settings
-from citerag.workers.queue import QUEUE, TASK
 
 log = logging.getLogger("citerag.workers")
 
@@ -36,7 +35,7 @@ class Runtime:
         self.attempts = settings.queue_attempts
         self.lease_s = settings.queue_lease_s
         self.pruned_at = float("-inf")  # when this worker last deleted old succeeded jobs (recovery.py)
-        self.on_finished: Callable[[Collection, Outcome], None] | None = None  # each outcome (metrics)
+        self.on_finished: OnFinished | None = None  # each outcome, by collection name (metrics)
 
     def index(self, job: Job, run: int) -> str:
         """Run `job` (its `run`-th attempt); the outcome's status, or "skipped"."""
@@ -56,7 +55,7 @@ class Runtime:
                             job.collection, what, exc, run, self.attempts)
             raise  # procrastinate retries it (RetryStrategy) or, out of attempts, marks the job failed
         if outcome is not None and self.on_finished is not None:
-            self.on_finished(self.core.collection(job.collection), outcome)
+            self.on_finished(job.collection, outcome)
         status = outcome.status if outcome is not None else "skipped"
         log.info("document %s of %s (%s): %s in %.1fs", job.document_id, job.collection, job.name, status,
                  time.monotonic() - started)
@@ -69,23 +68,11 @@ class Runtime:
             collection = self.core.collection(job.collection)
             outcome = mark_failed(collection, job, reason)
             if self.on_finished is not None:
-                self.on_finished(collection, outcome)
+                self.on_finished(job.collection, outcome)
         except CiteragError as exc:  # the store is down too: the document stays pending, the job failed
             log.error("document %s of %s: could not store its failure: %s", job.document_id, job.collection, exc)
 
 
-def mark_failed(collection: Collection, job: Job, reason: str) -> Outcome:
-    """A document that failed outside index_document (a crash, an outage) ends failed with the reason."""
-    return collection.fail_document(job.document_id, job.sha256, job.name, reason)
-
-
 def register(app: procrastinate.App, runtime: Runtime) -> None:
     """Register the task on a worker's App, its retries bounded by the settings."""
-    attempts = runtime.attempts
-    # Retries of a raised error: 2 s, 4 s, 8 s ... (max_attempts counts retries; 0 would mean forever).
-    retry: procrastinate.RetryStrategy | bool = \
-        procrastinate.RetryStrategy(max_attempts=attempts - 1, exponential_wait=2) if attempts > 1 else False
-
-    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=retry)
-    def index_document(context: JobContext, collection: str, document_id: int, sha256: str, name: str) -> str:
-        return runtime.index(Job(collection, document_id, name, sha256), run=context.job.attempts + 1)
+    register_task(app, runtime.index, runtime.attempts)

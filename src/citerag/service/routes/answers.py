@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
-from citerag.app import AskOptions, SearchOptions, check_text
+from citerag.app.models import AskOptions, SearchOptions, check_text
 from citerag.errors import CiteragError
 from citerag.service.auth import Readable
 from citerag.service.errors import ApiError

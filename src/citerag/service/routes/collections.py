@@ -7,13 +7,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response
 from pydantic import ValidationError
 
-from citerag.app import Collection
-from citerag.catalog import CLIENT_SETTINGS
+from citerag.app.collection import Collection
 from citerag.errors import CiteragError
+from citerag.keystore.base import Principal
 from citerag.service.auth import Administrable, Caller, Readable, ServiceDep, server_admin
 from citerag.service.errors import ApiError
-from citerag.service.keys import Principal
 from citerag.service.schemas import CreateCollection
+from citerag.settings import CLIENT_SETTINGS
 
 router = APIRouter(prefix="/v1/collections", tags=["collections"])
 

@@ -15,14 +15,14 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from citerag.app import Collection, Source
+from citerag.app.collection import Collection
+from citerag.ingest.files import Source
+from citerag.jobs import Job
 from citerag.service.auth import Readable, ServiceDep, Writable
 from citerag.service.errors import ApiError
-from citerag.service.jobs import Job
-from citerag.service.originals import UPLOAD_SCHEME, forget_original, read_original, save_original
 from citerag.service.present import HTML_SUFFIXES, document_json, document_url
 from citerag.service.state import Service
-from citerag.types import Document
+from citerag.types import UPLOAD_SCHEME, Document
 
 router = APIRouter(prefix="/v1/collections/{name}/documents", tags=["documents"])
 STATIC = PurePosixPath(__file__).parent.parent / "static"
@@ -72,11 +72,11 @@ def upload(files: Annotated[list[UploadFile], File(description="One or more file
     out = []
     for name, upload in named:
         data = _read(upload, collection.settings.max_file_mb)
-        sha = save_original(collection, data)  # before the document exists, so its job always finds the bytes
+        sha = collection.save_original(data)  # before the document exists, so its job always finds the bytes
         accepted = collection.accept(Source(UPLOAD_SCHEME + name, data, name))
         doc = accepted.document
         if doc.sha256 != sha:
-            forget_original(collection, sha)
+            collection.forget_original(sha)
             raise ApiError(409, f"a different {name!r} is already document {doc.id}: replace it with "
                                 f"PUT {document_url(collection.name, doc.id)}", "files")
         if not accepted.existed:
@@ -129,7 +129,7 @@ def replace(document_id: DocumentId, file: Annotated[UploadFile, File(descriptio
     if PurePosixPath(name).suffix.lower() != PurePosixPath(doc.name).suffix.lower():
         raise ApiError(422, f"the new version must have the same format as {doc.name!r}", "file")
     data = _read(file, collection.settings.max_file_mb)
-    sha = save_original(collection, data)
+    sha = collection.save_original(data)
     if sha != doc.sha256 or doc.status != "indexed":
         svc.jobs.submit(Job(collection.name, doc.id, doc.name, sha))
     return {**_json(svc, collection, doc), "submitted_sha256": sha}
@@ -141,7 +141,7 @@ def delete(document_id: DocumentId, collection: Writable, svc: ServiceDep) -> Re
     svc.jobs.cancel(collection.name, doc.id)
     with collection.write_lock:
         collection.delete(doc.id)
-    forget_original(collection, doc.sha256)
+    collection.forget_original(doc.sha256)
     return Response(status_code=204)
 
 
@@ -161,7 +161,7 @@ def retry(document_id: DocumentId, collection: Writable,
 def original(document_id: DocumentId, collection: Readable) -> Response:
     """The original bytes of the served version: a PDF opens at #page=N, an HTML page at its #:~:text= quote."""
     doc = _document(collection, document_id)
-    data = read_original(collection, doc)
+    data = collection.read_original(doc)
     if data is None:
         raise ApiError(410, f"the original of {doc.name!r} is no longer where it was indexed from")
     suffix = PurePosixPath(doc.name).suffix.lower()

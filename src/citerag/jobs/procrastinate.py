@@ -1,5 +1,9 @@
-"""The ingestion queue in procrastinate's terms, shared by the API processes (which defer jobs and read their
-state) and the workers (which run them).
+"""The shared queue in procrastinate's terms: with `queue = "procrastinate"`, uploads, replacements and retries
+defer one job per document into the PostgreSQL store's own database, and `citerag worker` processes on any machine
+run them (citerag.workers, where the choice of procrastinate is explained). The API processes only defer jobs and
+read their state (ProcrastinateQueue); they never index. Status and the event stream read the document's status
+from the store as with the thread queue, and each document's job state ("queued" / "running") and the queue depth
+from procrastinate's jobs table.
 
 One job per document: the task `citerag.index_document(collection, document_id, sha256, name)` on the queue
 `citerag-ingest`, with the procrastinate lock `citerag-doc:<collection>:<document id>`: a worker never starts a
@@ -10,18 +14,21 @@ wait for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import procrastinate
 import psycopg
+from procrastinate import JobContext
 from procrastinate import exceptions as pexc
 from procrastinate import jobs as pjobs
 
 from citerag.errors import CiteragError, StoreUnavailable, first_line
-from citerag.service.jobs import Job
-from citerag.settings import redact_url
+from citerag.jobs.job import Job, OnFinished
+from citerag.settings import Settings, redact_url
 
 TASK = "citerag.index_document"
 QUEUE = "citerag-ingest"
@@ -98,6 +105,18 @@ def defer(app: procrastinate.App, job: Job) -> int:
                           name=job.name))
 
 
+def register_task(app: procrastinate.App, run: Callable[[Job, int], Any], attempts: int) -> None:
+    """Register the task on a worker's App: each job runs as `run(job, attempt)` (1 for its first run), a raised
+    error retried until the job has had `attempts` runs."""
+    # Retries of a raised error: 2 s, 4 s, 8 s ... (max_attempts counts retries; 0 would mean forever).
+    retry: procrastinate.RetryStrategy | bool = \
+        procrastinate.RetryStrategy(max_attempts=attempts - 1, exponential_wait=2) if attempts > 1 else False
+
+    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=retry)
+    def index_document(context: JobContext, collection: str, document_id: int, sha256: str, name: str) -> Any:
+        return run(Job(collection, document_id, name, sha256), context.job.attempts + 1)
+
+
 def job_of(job: pjobs.Job) -> Job:
     """Our job from a procrastinate job's arguments."""
     args: dict[str, Any] = job.task_kwargs
@@ -137,3 +156,67 @@ def document_jobs(app: procrastinate.App, collection: str, document_id: int,
     """The document's jobs (every state, or `status`), oldest first."""
     found = app.job_manager.list_jobs(queue=QUEUE, lock=lock_for(collection, document_id), status=status)
     return sorted(found, key=lambda j: j.id or 0)
+
+
+STATE_TTL_S = 0.25  # a collection's job states are read at most this often (an event stream polls every 0.3 s)
+
+
+class ProcrastinateQueue:
+    """The queue an API process holds: it defers jobs and reads their state; workers run them (register_task)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.url = settings.store_url
+        self.lease_s = settings.queue_lease_s
+        self.app = api_app(self.url)
+        # Outcomes are seen by the workers, not here (the metrics' ingest counters stay at zero in this mode).
+        self.on_finished: OnFinished | None = None
+        self._states: dict[str, tuple[float, dict[int, str]]] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with reaching(self.url, "open"):
+            self.app.open()
+        ensure_schema(self.app, self.url)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.app.close()
+
+    def submit(self, job: Job) -> None:
+        with reaching(self.url, "write to"):
+            defer(self.app, job)
+        with self._lock:
+            self._states.pop(job.collection, None)
+
+    def state(self, collection: str, document_id: int) -> str | None:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._states.get(collection)
+        if cached is None or now - cached[0] > STATE_TTL_S:
+            with reaching(self.url, "read"):
+                cached = (now, active_jobs(self.app, collection))
+            with self._lock:
+                self._states[collection] = cached
+        return cached[1].get(document_id)
+
+    def depth(self) -> int:
+        with reaching(self.url, "read"):
+            return depth(self.app)
+
+    def cancel(self, collection: str, document_id: int) -> None:
+        """Waiting jobs are cancelled; a running one is waited for (its worker may be dead: then until the lease
+        hands it on and the next run finds the document gone), at most twice the lease."""
+        with reaching(self.url, "write to"):
+            for job in document_jobs(self.app, collection, document_id, status="todo"):
+                assert job.id is not None
+                self.app.job_manager.cancel_job_by_id(job.id)
+            deadline = time.monotonic() + 2 * self.lease_s
+            while document_jobs(self.app, collection, document_id, status="doing") \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+        with self._lock:
+            self._states.pop(collection, None)
+
+    def last_submitted(self, collection: str, document_id: int) -> Job | None:
+        with reaching(self.url, "read"):
+            found = document_jobs(self.app, collection, document_id)
+        return job_of(found[-1]) if found else None

@@ -5,7 +5,10 @@ promised (a 202) outlives it: each submitted job is also written to a journal fo
 per document, its latest job) until it has run, and a server that was killed or stopped with jobs waiting runs
 them when it starts again. Without it a replacement (PUT) accepted just before a crash was lost: its document is
 `indexed` at the old version, so nothing else says that a newer one waits. Several API processes or machines use
-the procrastinate queue instead (jobs_procrastinate.py).
+the procrastinate queue instead (procrastinate.py).
+
+The queue runs each job through its handler (`run`, citerag.app.uploads.index_upload in the service): a handler that
+raises StoreUnavailable leaves its job journaled, to run when the queue starts again.
 """
 
 from __future__ import annotations
@@ -18,14 +21,12 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
-from citerag.app import Citerag, Collection, Outcome
-from citerag.errors import CiteragError, StoreUnavailable
-from citerag.service.jobs import Job, index_upload
+from citerag.errors import StoreUnavailable
+from citerag.jobs.job import Handler, Job, OnFinished
 
-log = logging.getLogger("citerag.service")
+log = logging.getLogger("citerag.service")  # the API process's log, as before the queue had its own package
 JOURNAL = "jobs"  # the journal's folder in the home index folder
 
 
@@ -81,8 +82,8 @@ class Journal:
 
 
 class ThreadQueue:
-    def __init__(self, app: Citerag, journal: Path | None = None) -> None:
-        self.app = app
+    def __init__(self, run: Handler, journal: Path | None = None) -> None:
+        self.run = run  # what runs one job (its outcome goes to on_finished)
         self.journal = Journal(journal) if journal is not None else None  # None: nothing outlives the process
         self._queue: queue.Queue[Job | None] = queue.Queue()
         # Per (collection, document id): jobs waiting, and whether one runs. A count, not one state per document:
@@ -95,7 +96,7 @@ class ThreadQueue:
         # (the store keeps the served version's hash; this map lives as long as the process).
         self._submitted: dict[tuple[str, int], Job] = {}
         self._lock = threading.Lock()
-        self.on_finished: Callable[[Collection, Outcome], None] | None = None  # each indexed job's outcome (metrics)
+        self.on_finished: OnFinished | None = None  # each indexed job's outcome (metrics)
         self._thread = threading.Thread(target=self._run, name="citerag-ingest", daemon=True)
 
     def start(self) -> None:
@@ -173,15 +174,11 @@ class ThreadQueue:
     def _index(self, job: Job) -> bool:
         """Run the job; False when it could not run (the store is down): it stays journaled for a restart."""
         try:
-            outcome = index_upload(self.app, job)
+            outcome = self.run(job)
         except StoreUnavailable as exc:
             # Nothing is blamed on the document: it stays as it was, and its job runs again when the server restarts.
             log.error("store unavailable while indexing document %s of %s: %s", job.document_id, job.collection, exc)
             return False
         if outcome is not None and self.on_finished is not None:
-            try:
-                collection = self.app.collection(job.collection)
-            except CiteragError:
-                return True
-            self.on_finished(collection, outcome)
+            self.on_finished(job.collection, outcome)
         return True

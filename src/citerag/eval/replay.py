@@ -106,8 +106,8 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Replay:
 
 
 def replay(collection: Any, old: dict[str, Any]) -> Replay:
-    """Ask or search again as `old` did, through the collection (citerag.app.Collection), and compare."""
-    from citerag.app import AskOptions, SearchOptions
+    """Ask or search again as `old` did, through the collection (citerag.app.collection.Collection), and compare."""
+    from citerag.app.models import AskOptions, SearchOptions
     from citerag.errors import CiteragError
 
     if not old.get("text_kept"):

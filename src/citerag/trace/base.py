@@ -1,0 +1,74 @@
+"""What every trace store shares: the TraceStore protocol and the record of one operation (`trace_row`), the same
+whichever backend keeps it. The backends (citerag.trace.store_sqlite, citerag.trace.store_postgres) import this
+module, never citerag.trace.store, so that its wrapper can name them without a circle."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from citerag.trace.setup import OPERATION, span_id_hex, trace_id_hex
+
+
+class TraceStore(Protocol):
+    """One collection's kept traces."""
+
+    keep: int
+
+    def write(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
+              texts: dict[str, str] | None = None) -> str:
+        """Keep one operation's trace (its root span last); the oldest beyond `keep` are dropped. Returns its id."""
+        ...
+
+    def get(self, trace_id: str) -> dict[str, Any] | None:
+        """The trace's record, or None (also when no trace was ever kept: reading creates nothing)."""
+        ...
+
+    def count(self) -> int:
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds (a no-op where it borrows its connections)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """What a backend stores for one operation."""
+
+    trace_id: str
+    operation: str | None
+    started: float  # seconds since the epoch
+    record: dict[str, Any]
+
+
+def span_json(span: ReadableSpan) -> dict[str, Any]:
+    ctx = span.context
+    start, end = span.start_time or 0, span.end_time or 0
+    return {"name": span.name,
+            "span_id": span_id_hex(ctx.span_id) if ctx else None,
+            "parent_id": span_id_hex(span.parent.span_id) if span.parent else None,
+            "start": datetime.fromtimestamp(start / 1e9, UTC).isoformat(timespec="microseconds"),
+            "duration_ms": round((end - start) / 1e6, 3),
+            "status": span.status.status_code.name.lower(),
+            "attributes": {k: list(v) if isinstance(v, tuple) else v for k, v in (span.attributes or {}).items()}}
+
+
+def trace_row(spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
+              texts: dict[str, str] | None) -> TraceRow:
+    """One operation's record (its root span last in `spans`), the same whichever backend keeps it."""
+    root = spans[-1]
+    assert root.context is not None
+    trace_id = trace_id_hex(root.context.trace_id)
+    operation = (root.attributes or {}).get(OPERATION)
+    record: dict[str, Any] = {
+        "trace_id": trace_id, "collection": collection, "operation": operation, "options": options,
+        "text_kept": texts is not None, **(texts or {}),
+        "spans": [span_json(s) for s in sorted(spans, key=lambda s: s.start_time or 0)]}
+    return TraceRow(trace_id, None if operation is None else str(operation),
+                    (root.start_time or time.time_ns()) / 1e9, record)
