@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from citerag.backends import open_backend
-from citerag.catalog import CLIENT_SETTINGS, Catalog
+from citerag.catalog import Catalog
 from citerag.catalog.folder import FolderCatalog
 from citerag.errors import CiteragError
-from citerag.settings import Settings
+from citerag.settings import CLIENT_SETTINGS, Settings
 from citerag.store.base import Store
 from corpus_paths import DATA
 
