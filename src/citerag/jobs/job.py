@@ -1,7 +1,7 @@
 """A job (one uploaded document to index) and what every queue offers (IngestQueue).
 
-Nothing here knows the application core: a queue runs each job through the handler it was given (`Handler`,
-citerag.app.uploads's index_upload in the service and the workers) and hands what the handler returned, untouched,
+Nothing here knows the application core: a queue runs each job through the handler it was given (`Handler`:
+citerag.app.uploads.index_upload in the service and the workers) and hands what the handler returned, untouched,
 to `on_finished` (`OnFinished`).
 """
 
