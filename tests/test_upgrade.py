@@ -69,3 +69,25 @@ def test_citerag_status_says_a_newer_default_exists(old_index: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "a newer default exists: embedding_model = 'minilm+use'" in done.stdout
+
+
+def test_a_collection_keeps_its_chunking_and_only_the_parameters_its_strategy_uses(tmp_path: Path) -> None:
+    from fakes import HashEncoder
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(Path(__file__).resolve().parent / "data" / "markdown" / "debian-reference" / "apa.md", docs)
+    encoder = HashEncoder()
+    with Citerag() as app:
+        app.register_encoder(encoder)
+        app.open_collection(Settings(index_dir=tmp_path / "ix", embedding_model=encoder.name, strategy="C",
+                                     target=256), create=True)
+        assert app.ingest([docs]).indexed
+    with Citerag.open(load_settings(tmp_path / "ix")) as app:
+        kept = app.collection().settings
+        assert (kept.embedding_model, kept.strategy, kept.target, kept.overlap) == (encoder.name, "C", 256, 64)
+        assert app.status().newer_defaults == {"embedding_model": (encoder.name, DEFAULT_ENCODER),
+                                               "strategy": ("C", "E"), "target": (256, 512)}
+        assert app.status().counts["stale"] == 0
+    with Citerag.open(load_settings(tmp_path / "ix", strategy="E")) as app:  # a flag is an explicit choice
+        assert app.collection().settings.strategy == "E" and app.status().counts["stale"] == 1

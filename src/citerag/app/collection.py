@@ -139,19 +139,16 @@ class Collection:
     def retry_failed(self, progress: Progress | None = None) -> IngestReport:
         try:
             with sink(self.trace_sink(None)):
-                return self.indexer.retry_failed(progress, self._upload)
+                return self.indexer.retry_failed(progress, self.read_original)
         finally:
             self.persist_indexes()
 
     def reindex_stale(self, progress: Progress | None = None) -> IngestReport:
         try:
             with sink(self.trace_sink(None)):
-                return self.indexer.reindex_stale(progress, self._upload)
+                return self.indexer.reindex_stale(progress, self.read_original)
         finally:
             self.persist_indexes()
-
-    def _upload(self, doc: Document) -> bytes | None:
-        return self.read_original(doc)
 
     # Uploaded originals (citerag.originals): what a citation opens and a queue worker indexes.
     def save_original(self, data: bytes) -> str:

@@ -1,10 +1,11 @@
 """The question path, in one place: embed → retrieve → rerank → gate → cite → generate → check, with the three
 caches and the trace wrapped around it.
 
-A question reads one store view: the answer cache is keyed by the store's generation, the retrieval (or the
-cached retrieval's rows), the gate and the canonical texts of the cited documents all come from that view, and
-the generator runs after it has closed, so a slow model holds neither the indexes nor the database. The gate
-runs once: what it keeps is what is cited.
+A question reads one store view. An answer in the answer cache (keyed by the store's generation) is replayed from
+a view of that generation without opening the search indexes; otherwise the retrieval (or the cached retrieval's
+rows), the gate and the canonical texts of the cited documents all come from one view opened inside the search
+backend's lock, and the generator runs after it has closed, so a slow model holds neither the indexes nor the
+database. The gate runs once: what it keeps is what is cited.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 import numpy as np
@@ -135,27 +136,16 @@ class Query:
         started = time.perf_counter()
         settings = self.settings
         with tracer.start_as_current_span("citerag.answer_cache") as cached_span:
-            # Keyed by the store's generation now; checked against the view's below (a write in between is a miss).
-            generation = self.host.store.generation() if settings.cache_answer_ttl > 0 else -1
-            blob = self.shared.cached("answer", settings.cache_url, self._key("answer", generation, question),
-                                      settings.cache_answer_ttl) if generation >= 0 else None
-            cached_span.set_attribute("citerag.cache.hit", blob is not None)
-        vector = None if blob is not None else self._embed(question)
-        with self._retriever(question, vector) as retriever:
-            if blob is not None and retriever.view.generation == generation:
-                data = json.loads(blob)
-                hits = hits_from_rows(retriever.view, data["rows"])
-                replayed: Answer | None = answer_from_dict(data["answer"])
-            else:
-                replayed = None
-                # (blob set here: the collection changed since the key was read, answered afresh)
-                generation = retriever.view.generation
-                hits = self._ranked(question, retriever)
-                kept, best = gate_hits(hits, settings, rule)
-                sources = retriever.texts({h.document.id for h in kept})
+            replayed = self._cached_answer(question)
+            cached_span.set_attribute("citerag.cache.hit", replayed is not None)
         if replayed is not None:
-            yield from self._replay(hits, replayed, started, span, texts)
+            yield from self._replay(*replayed, started, span, texts)
             return
+        with self._retriever(question, self._embed(question)) as retriever:
+            generation = retriever.view.generation
+            hits = self._ranked(question, retriever)
+            kept, best = gate_hits(hits, settings, rule)
+            sources = retriever.texts({h.document.id for h in kept})
         span.set_attributes(hit_attributes("citerag.hits", hits))
         yield "retrieval", hits
         # The generator runs after the read has ended: a slow model holds neither the index nor the database.
@@ -170,6 +160,23 @@ class Query:
                     self.shared.citation_metrics.record(value.check)
                 self._cache_answer(question, generation, hits, value)
             yield kind, value
+
+    def _cached_answer(self, question: str) -> tuple[list[Hit], Answer] | None:
+        """The answer cache's entry for the store's generation, its hits read from one view (no search indexes are
+        opened); None on a miss, and when the collection changed between reading the generation and the view."""
+        settings = self.settings
+        if settings.cache_answer_ttl <= 0:
+            return None
+        generation = self.host.store.generation()
+        blob = self.shared.cached("answer", settings.cache_url, self._key("answer", generation, question),
+                                  settings.cache_answer_ttl)
+        if blob is None:
+            return None
+        with self.host.store.view() as view:
+            if view.generation != generation:
+                return None
+            data = json.loads(blob)
+            return hits_from_rows(view, data["rows"]), answer_from_dict(data["answer"])
 
     def _replay(self, hits: list[Hit], answer: Answer, started: float, span: Any,
                 texts: dict[str, str]) -> Iterator[tuple[str, Any]]:
@@ -199,18 +206,16 @@ class Query:
         self.timings["embed"] = time.perf_counter() - started
         return vector
 
-    def _embedder(self, query: str, vector: np.ndarray | None) -> Callable[[str], np.ndarray]:
+    def _retriever(self, query: str, vector: np.ndarray) -> AbstractContextManager[Retriever]:
+        """A retriever that finds the question's vector already embedded (before the search lock)."""
         s = self.settings
 
-        def embed(text: str) -> np.ndarray:  # the retriever asks for the question just embedded
+        def embed(text: str) -> np.ndarray:
             if text == query:
-                return vector if vector is not None else self._embed(text)  # (None: after a stale answer key)
+                return vector
             return self.shared.query_vector(s.embedding_model, text, s.cache_url, s.cache_query_ttl)
 
-        return embed
-
-    def _retriever(self, query: str, vector: np.ndarray | None) -> Any:
-        return open_retriever(self.host, self._embedder(query, vector))
+        return open_retriever(self.host, embed)
 
     def _ranked(self, query: str, retriever: Retriever) -> list[Hit]:
         """The ranked hits (reranked when the settings say so), from the retrieval cache when it holds them."""

@@ -4,6 +4,7 @@ refuse every search until someone reindexed it. Its owner changes the choice by 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,10 +13,8 @@ from citerag.chunk import strategy_params
 from citerag.settings import Settings
 from citerag.store.base import Store
 
-# Settings stamped on every indexed document (citerag.ingest.Indexer.stamps_for), with where the stamp keeps them.
-_STAMPED = {"embedding_model": ("embedding_model", None), "strategy": ("strategy", None),
-            "target": ("strategy_params", "target"), "overlap": ("strategy_params", "overlap"),
-            "semantic_percentile": ("strategy_params", "percentile")}
+# The chunking parameters a stamp's strategy_params records (citerag.chunk.strategy_params), by setting.
+_PARAMS = {"target": "target", "overlap": "overlap", "semantic_percentile": "percentile"}
 
 
 @dataclass(frozen=True)
@@ -26,38 +25,35 @@ class Kept:
     newer_defaults: dict[str, Any] = field(default_factory=dict)
 
 
-def _stamped(stamps: dict[str, Any], setting: str) -> Any:
-    key, inner = _STAMPED[setting]
-    value = stamps.get(key)
-    return value.get(inner) if inner is not None and isinstance(value, dict) else value
+def _most_common(values: list[Any]) -> Any:
+    """The most common value (dicts compared by content), or None when there is none."""
+    counts = Counter(json.dumps(v, sort_keys=True) for v in values if v is not None)
+    return json.loads(counts.most_common(1)[0][0]) if counts else None
 
 
 def keep_indexed_choices(settings: Settings, store: Store) -> Kept:
     """`settings` with each stamped choice that nobody set explicitly (file, environment, flag) taken from the
-    collection's indexed documents (the most common stamp), when those differ from the default."""
-    unset = [s for s in _STAMPED if s not in settings.model_fields_set]
-    if not unset:
+    collection's indexed documents (the most common stamp), where it differs from the default."""
+    explicit = settings.model_fields_set
+    if {"embedding_model", "strategy", *_PARAMS} <= explicit:
         return Kept(settings)
     stamps = [d.stamps for d in store.documents() if d.status == "indexed" and d.stamps]
     if not stamps:
         return Kept(settings)
     changes: dict[str, Any] = {}
-    for setting in unset:
-        values = Counter(v for v in (_stamped(s, setting) for s in stamps) if v is not None)
-        if values:
-            value = values.most_common(1)[0][0]
-            if value != getattr(settings, setting):
-                changes[setting] = value
-    # A parameter the stamped strategy does not use (overlap under E is stamped 0) is no choice of the collection.
-    strategy = changes.get("strategy", settings.strategy)
-    params = ("target", "overlap", "semantic_percentile")
-    now = [getattr(settings, n) for n in params]
-    for i, setting in enumerate(params):
-        if setting in changes:
-            other = [changes[setting] if j == i else v for j, v in enumerate(now)]
-            if strategy_params(strategy, *now) == strategy_params(strategy, *other):
-                changes.pop(setting)
+    for name in ("embedding_model", "strategy"):
+        value = _most_common([s.get(name) for s in stamps])
+        if name not in explicit and value is not None and value != getattr(settings, name):
+            changes[name] = value
+    # A parameter counts where the stamp records another value than these settings would (so overlap, stamped 0
+    # under a strategy without overlap, is no choice of the collection's).
+    params = _most_common([s.get("strategy_params") for s in stamps])
+    now = strategy_params(changes.get("strategy", settings.strategy), settings.target, settings.overlap,
+                          settings.semantic_percentile)
+    if isinstance(params, dict):
+        for name, key in _PARAMS.items():
+            if name not in explicit and key in params and key in now and params[key] != now[key]:
+                changes[name] = params[key]
     if not changes:
         return Kept(settings)
-    newer = {name: getattr(settings, name) for name in changes}
-    return Kept(settings.with_changes(**changes), newer)
+    return Kept(settings.with_changes(**changes), {name: getattr(settings, name) for name in changes})

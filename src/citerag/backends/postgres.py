@@ -112,9 +112,9 @@ class PostgresBackend:
         from citerag.originals.postgres import PostgresOriginals
 
         own = _borrowed(store)
-        if own is not None:
-            return PostgresOriginals(own.pool.connection, own.collection_id, settings.safe_url)
-        return PostgresOriginals.by_name(settings.store_url, settings.collection, settings.safe_url)
+        if own is None:
+            raise CiteragError(f"originals in PostgreSQL need the collection's PostgreSQL store, not {store!r}")
+        return PostgresOriginals(own.pool.connection, own.collection_id, settings.safe_url)
 
     def traces(self, settings: Settings, store: Store | None = None) -> TraceStore | None:
         """Given the collection's open store, its pool and collection id are borrowed (no connections of its

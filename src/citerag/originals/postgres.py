@@ -2,7 +2,7 @@
 
 Every API process and every queue worker on any machine reaches the same bytes, and deleting a collection
 deletes its originals with it (ON DELETE CASCADE). citerag.backends.postgres passes in how to connect (the
-store's pool) and the collection's id (`PostgresOriginals.by_name` looks it up when there is no store to borrow).
+store's pool) and the collection's id.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from typing import Any
 
 import psycopg
 
-from citerag.errors import CiteragError, StoreUnavailable, first_line
+from citerag.errors import StoreUnavailable, first_line
 
-CONNECT_TIMEOUT_S = 10
 Connect = Callable[[], AbstractContextManager[Any]]
 
 
@@ -24,15 +23,6 @@ class PostgresOriginals:
         self._connect = connect
         self.collection_id = collection_id
         self._where = where  # the URL without its password, for messages
-
-    @classmethod
-    def by_name(cls, url: str, collection: str, where: str) -> PostgresOriginals:
-        """Originals reached through connections of their own, the collection found by name in `collections`."""
-
-        def own() -> AbstractContextManager[Any]:
-            return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-
-        return cls(own, _collection_id(own, collection, where), where)
 
     @contextmanager
     def _conn(self, doing: str) -> Iterator[Any]:
@@ -61,14 +51,3 @@ class PostgresOriginals:
             conn.execute("DELETE FROM originals o WHERE o.collection_id = %s AND o.sha256 = %s AND NOT EXISTS"
                          " (SELECT 1 FROM documents d WHERE d.collection_id = o.collection_id"
                          " AND d.sha256 = o.sha256)", (self.collection_id, sha256))
-
-
-def _collection_id(connect: Connect, name: str, where: str) -> int:
-    try:
-        with connect() as conn:
-            row = conn.execute("SELECT id FROM collections WHERE name = %s", (name,)).fetchone()
-    except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"cannot reach the store at {where}: {first_line(exc)}") from exc
-    if row is None:
-        raise CiteragError(f"no collection {name!r} in the store at {where}")
-    return int(row[0])
