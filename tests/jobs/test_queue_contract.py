@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from citerag.backends import open_backend
 from citerag.errors import StoreUnavailable
-from citerag.jobs import IngestQueue, Job, open_queue
+from citerag.jobs import IngestQueue, Job
 from citerag.jobs.procrastinate import QUEUE, ensure_schema_async, register_task, worker_app
 from citerag.settings import Settings
 
@@ -87,7 +88,7 @@ class Backend:
         assert self.entered.setdefault(j, threading.Event()).wait(WAIT_S), f"{j} never started"
 
     def open(self) -> IngestQueue:
-        queue = open_queue(self.settings, self.handle)
+        queue = open_backend(self.settings).queue(self.settings, self.handle)
         queue.start()
         self.queues.append(queue)
         return queue

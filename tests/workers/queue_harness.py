@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from citerag.app.home import Citerag
+from citerag.app.home import Citerag, open_queue
 from citerag.app.uploads import index_upload
 from citerag.ingest.files import Source
-from citerag.jobs import Job, open_queue
+from citerag.jobs import Job
 from citerag.settings import Settings, load_settings
 from citerag.types import UPLOAD_SCHEME
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from queue_harness import ATTEMPTS, HERE, LEASE_S, Pool, database, make_home, submit, wait_for
 
-from citerag.app.home import Citerag
+from citerag.app.home import Citerag, open_queue
 from citerag.app.uploads import index_upload
 from citerag.ingest.files import Source
-from citerag.jobs import Job, open_queue
+from citerag.jobs import Job
 from citerag.types import UPLOAD_SCHEME
 from corpus_paths import DATA, DEV_CORPUS
 

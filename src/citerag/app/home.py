@@ -26,6 +26,7 @@ from citerag.catalog.base import Catalog
 from citerag.errors import CiteragError
 from citerag.ingest.files import Discovered, IngestReport, Outcome, Source
 from citerag.ingest.indexer import Progress
+from citerag.jobs.job import Handler, IngestQueue
 from citerag.keystore.base import KeyStore
 from citerag.settings import Settings, load_settings
 from citerag.trace import configure
@@ -35,6 +36,11 @@ from citerag.types import Answer, SearchResult
 def open_catalog(home: Settings) -> Catalog:
     """The collections of the home these settings name (`citerag keys create` checks one exists)."""
     return open_backend(home).catalog(home)
+
+
+def open_queue(home: Settings, run: Handler) -> IngestQueue:
+    """The home's ingestion queue, running each job through `run` where this process runs jobs at all."""
+    return open_backend(home).queue(home, run)
 
 
 def open_key_store(home: Settings) -> KeyStore:

@@ -1,7 +1,8 @@
-"""One upload's job run through the application core: what both queues' jobs do, the thread queue's handler in
-the API process and the task of each `citerag worker` (citerag.workers.tasks). It sits above citerag.app and
-below the service and the workers; the queues themselves (citerag.jobs) never see the core.
+"""Uploads through the application core: taking a file in (its bytes kept, its document pending, its job queued),
+replacing, deleting and retrying one, and running one job, what both queues' jobs do (the thread queue's handler
+in the API process, the task of each `citerag worker`). The queues themselves (citerag.jobs) never see the core.
 
+    upload, replace, delete, retry   the flow behind the API's document routes
     index_upload  index one job's bytes into its document (a queue's handler)
     mark_failed   a document that failed outside index_document (a crash, an outage) ends failed
     counting      an on_finished that counts each outcome, and an indexed document's chunks, in the metrics
@@ -12,15 +13,63 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from citerag.app.collection import Collection
 from citerag.app.home import Citerag
 from citerag.errors import CiteragError
 from citerag.ingest.files import Outcome, Source
-from citerag.jobs import Job, OnFinished
+from citerag.jobs import IngestQueue, Job, OnFinished
+from citerag.types import UPLOAD_SCHEME, Document
 
 log = logging.getLogger("citerag.service")  # the log these lines always went to
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    """A file taken in: its document (new and pending with its job queued, or the one that already holds these
+    bytes), or `conflict` when a different file already holds its name (then nothing was kept or queued)."""
+
+    document: Document
+    existed: bool
+    sha256: str
+    conflict: bool = False
+
+
+def upload(collection: Collection, jobs: IngestQueue, name: str, data: bytes) -> Uploaded:
+    sha = collection.save_original(data)  # before the document exists, so its job always finds the bytes
+    accepted = collection.accept(Source(UPLOAD_SCHEME + name, data, name))
+    doc = accepted.document
+    if doc.sha256 != sha:
+        collection.forget_original(sha)
+        return Uploaded(doc, True, sha, conflict=True)
+    if not accepted.existed:
+        jobs.submit(Job(collection.name, doc.id, doc.name, sha))
+    return Uploaded(doc, accepted.existed, sha)
+
+
+def replace(collection: Collection, jobs: IngestQueue, doc: Document, data: bytes) -> str:
+    """Queue a new version of `doc` (unless it is the version already indexed); its SHA-256. The old version is
+    served until the new one is committed, and stays if it fails."""
+    sha = collection.save_original(data)
+    if sha != doc.sha256 or doc.status != "indexed":
+        jobs.submit(Job(collection.name, doc.id, doc.name, sha))
+    return sha
+
+
+def delete(collection: Collection, jobs: IngestQueue, doc: Document) -> None:
+    """Its waiting jobs dropped (a running one finished first), the document deleted, its bytes forgotten."""
+    jobs.cancel(collection.name, doc.id)
+    with collection.write_lock:
+        collection.delete(doc.id)
+    collection.forget_original(doc.sha256)
+
+
+def retry(collection: Collection, jobs: IngestQueue, doc: Document) -> None:
+    """Queue `doc` again with the bytes last submitted for it (a failed replacement's, not the served version's)."""
+    last = jobs.last_submitted(collection.name, doc.id)
+    jobs.submit(Job(collection.name, doc.id, doc.name, last.sha256 if last else doc.sha256))
 
 
 def index_upload(app: Citerag, job: Job, *, serialise: bool = True) -> Outcome | None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:  # types only: opening a backend loads no more than the parts that are asked for
     from citerag.catalog.base import Catalog
     from citerag.index.base import SearchBackend
+    from citerag.jobs.job import Handler, IngestQueue
     from citerag.keystore.base import KeyStore
     from citerag.originals.base import Originals
     from citerag.settings import Settings
@@ -48,4 +49,7 @@ class Backend(Protocol):
         `store`, a backend may borrow its connections."""
         ...
 
-    # The job queue (thread / procrastinate) joins the bundle here when citerag.jobs is wired (the lead's).
+    def queue(self, settings: Settings, run: Handler) -> IngestQueue:
+        """The home's ingestion queue: a thread of this process running each job through `run`, or (PostgreSQL,
+        `queue = "procrastinate"`) jobs in the database that `citerag worker` processes run."""
+        ...

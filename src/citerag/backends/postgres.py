@@ -13,6 +13,8 @@ API process and worker on every machine sees the same rows. What each part needs
                                                    pool and collection id
     traces      traces                             citerag.trace.store_postgres.PostgresTraceStore on the
                                                    store's pool and collection id
+    queue       procrastinate_jobs                 citerag.jobs.procrastinate.ProcrastinateQueue with
+                                                   queue = "procrastinate" (else the thread queue)
 
 The parts' modules are imported when first asked for: each says in one line which extra is missing.
 """
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from citerag.catalog.base import Catalog
     from citerag.index.analyzer import Analyzer
     from citerag.index.base import SearchBackend
+    from citerag.jobs.job import Handler, IngestQueue
     from citerag.keystore.base import KeyStore
     from citerag.originals.base import Originals
     from citerag.settings import Settings
@@ -129,6 +132,15 @@ class PostgresBackend:
             return PostgresTraceStore(own.pool, settings.trace_keep, collection_id=own.collection_id)
         return PostgresTraceStore.connect(settings.store_url, settings.collection, settings.trace_keep,
                                           where=settings.safe_url)
+
+    def queue(self, settings: Settings, run: Handler) -> IngestQueue:
+        if settings.queue == "procrastinate":  # the workers run the jobs; this process only defers them
+            from citerag.jobs.procrastinate import ProcrastinateQueue
+
+            return ProcrastinateQueue(settings)
+        from citerag.jobs.thread import JOURNAL, ThreadQueue
+
+        return ThreadQueue(run, settings.index_dir / JOURNAL)
 
 
 POSTGRES = PostgresBackend()

@@ -7,6 +7,7 @@ its store. INDEX is the store's directory (Settings.sqlite_dir), HOME the home's
     key store   HOME/keys.sqlite3                citerag.keystore.sqlite.SqliteKeyStore
     originals   INDEX/files/SHA256               citerag.originals.folder.FolderOriginals
     traces      INDEX/traces.sqlite3             citerag.trace.store_sqlite.SqliteTraceStore
+    queue       HOME/jobs/ (its journal)         citerag.jobs.thread.ThreadQueue
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from citerag.catalog.base import Catalog
     from citerag.index.base import SearchBackend
+    from citerag.jobs.job import Handler, IngestQueue
     from citerag.keystore.base import KeyStore
     from citerag.originals.base import Originals
     from citerag.settings import Settings
@@ -60,6 +62,11 @@ class EmbeddedBackend:
         from citerag.trace.store_sqlite import FILE_NAME, SqliteTraceStore
 
         return SqliteTraceStore(settings.sqlite_dir / FILE_NAME, settings.trace_keep)
+
+    def queue(self, settings: Settings, run: Handler) -> IngestQueue:
+        from citerag.jobs.thread import JOURNAL, ThreadQueue
+
+        return ThreadQueue(run, settings.index_dir / JOURNAL)
 
 
 EMBEDDED = EmbeddedBackend()

@@ -56,8 +56,7 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
     config.check()  # before anything loads: binding beyond loopback without keys is refused
     settings = load_settings(index)
     app = create_app(settings, config)
-    where = settings.index_dir if settings.store_scheme == "sqlite" else settings.safe_url
-    click.echo(f"citerag serving {where} on http://{host}:{port}/"
+    click.echo(f"citerag serving {_home(settings)} on http://{host}:{port}/"
                + ("  (no keys: loopback only)" if no_keys else ""), err=True)
     if not no_keys and not _keys(settings):
         click.echo("no API keys yet: create one with `citerag keys create --scope admin`", err=True)
@@ -79,8 +78,7 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
     if collection is not None:
         with closing(open_catalog(settings)) as catalog:
             if not catalog.exists(collection):
-                where = settings.index_dir if settings.store_scheme == "sqlite" else settings.safe_url
-                raise CiteragError(f"no collection {collection!r} in {where} "
+                raise CiteragError(f"no collection {collection!r} in {_home(settings)} "
                                    f"(collections: {', '.join(catalog.names())})")
     with _key_store(settings) as keys:
         token = keys.create(collection, scope)
@@ -121,3 +119,8 @@ def _key_store(settings: Settings) -> closing[KeyStore]:
     from citerag.app.home import open_key_store
 
     return closing(open_key_store(settings))
+
+
+def _home(settings: Settings) -> str:
+    """The home as a person reads it: its folder, or its database's URL without the password."""
+    return str(settings.index_dir) if settings.store_scheme == "sqlite" else settings.safe_url

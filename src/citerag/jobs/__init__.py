@@ -11,24 +11,12 @@ never indexes anything itself, it runs each job through the handler it is given 
                       `citerag worker` processes on any machine (citerag.workers); they outlive every process.
     metrics.py        the ingest counters, exported by the API process (thread queue) or by each worker
 
-The settings' `queue` picks one (open_queue).
+The home's backend (citerag.backends) makes one: the settings' `queue` picks which.
 """
 
 from __future__ import annotations
 
 from citerag.jobs.job import Handler, IngestQueue, Job, OnFinished
-from citerag.settings import Settings
 
-__all__ = ["Handler", "IngestQueue", "Job", "OnFinished", "open_queue"]
+__all__ = ["Handler", "IngestQueue", "Job", "OnFinished"]
 
-
-def open_queue(settings: Settings, run: Handler) -> IngestQueue:
-    """The queue the settings name (`queue`): "thread" (running each job through `run`) or "procrastinate" (whose
-    workers run the jobs; this process only defers them)."""
-    if settings.queue == "procrastinate":
-        from citerag.jobs.procrastinate import ProcrastinateQueue
-
-        return ProcrastinateQueue(settings)
-    from citerag.jobs.thread import JOURNAL, ThreadQueue
-
-    return ThreadQueue(run, settings.index_dir / JOURNAL)

@@ -17,9 +17,9 @@ from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from citerag import __version__
-from citerag.app.home import Citerag, open_key_store
+from citerag.app.home import Citerag, open_key_store, open_queue
 from citerag.app.uploads import index_upload
-from citerag.jobs import Job, open_queue
+from citerag.jobs import Job
 from citerag.service import errors, metrics
 from citerag.service.ratelimit import make_limiter
 from citerag.service.routes import answers, collections, documents, pages, traces

@@ -15,14 +15,13 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
+from citerag.app import uploads
 from citerag.app.collection import Collection
-from citerag.ingest.files import Source
-from citerag.jobs import Job
 from citerag.service.auth import Readable, ServiceDep, Writable
 from citerag.service.errors import ApiError
 from citerag.service.present import HTML_SUFFIXES, document_json, document_url
 from citerag.service.state import Service
-from citerag.types import UPLOAD_SCHEME, Document
+from citerag.types import Document
 
 router = APIRouter(prefix="/v1/collections/{name}/documents", tags=["documents"])
 STATIC = PurePosixPath(__file__).parent.parent / "static"
@@ -70,19 +69,14 @@ def upload(files: Annotated[list[UploadFile], File(description="One or more file
         raise ApiError(413, f"{len(files)} files in one request; at most {svc.config.max_files}", "files")
     named = [(_file_name(f), f) for f in files]  # every name checked before anything is stored
     out = []
-    for name, upload in named:
-        data = _read(upload, collection.settings.max_file_mb)
-        sha = collection.save_original(data)  # before the document exists, so its job always finds the bytes
-        accepted = collection.accept(Source(UPLOAD_SCHEME + name, data, name))
-        doc = accepted.document
-        if doc.sha256 != sha:
-            collection.forget_original(sha)
+    for name, file in named:
+        taken = uploads.upload(collection, svc.jobs, name, _read(file, collection.settings.max_file_mb))
+        doc = taken.document
+        if taken.conflict:
             raise ApiError(409, f"a different {name!r} is already document {doc.id}: replace it with "
                                 f"PUT {document_url(collection.name, doc.id)}", "files")
-        if not accepted.existed:
-            svc.jobs.submit(Job(collection.name, doc.id, doc.name, sha))
-        out.append({"id": doc.id, "name": doc.name, "status": doc.status, "existed": accepted.existed,
-                    "sha256": sha})
+        out.append({"id": doc.id, "name": doc.name, "status": doc.status, "existed": taken.existed,
+                    "sha256": taken.sha256})
     return {"documents": out}
 
 
@@ -128,20 +122,13 @@ def replace(document_id: DocumentId, file: Annotated[UploadFile, File(descriptio
     name = _file_name(file)
     if PurePosixPath(name).suffix.lower() != PurePosixPath(doc.name).suffix.lower():
         raise ApiError(422, f"the new version must have the same format as {doc.name!r}", "file")
-    data = _read(file, collection.settings.max_file_mb)
-    sha = collection.save_original(data)
-    if sha != doc.sha256 or doc.status != "indexed":
-        svc.jobs.submit(Job(collection.name, doc.id, doc.name, sha))
+    sha = uploads.replace(collection, svc.jobs, doc, _read(file, collection.settings.max_file_mb))
     return {**_json(svc, collection, doc), "submitted_sha256": sha}
 
 
 @router.delete("/{document_id}", status_code=204)
 def delete(document_id: DocumentId, collection: Writable, svc: ServiceDep) -> Response:
-    doc = _document(collection, document_id)
-    svc.jobs.cancel(collection.name, doc.id)
-    with collection.write_lock:
-        collection.delete(doc.id)
-    collection.forget_original(doc.sha256)
+    uploads.delete(collection, svc.jobs, _document(collection, document_id))
     return Response(status_code=204)
 
 
@@ -151,9 +138,7 @@ def retry(document_id: DocumentId, collection: Writable,
     doc = _document(collection, document_id)
     if doc.status == "indexed" and not doc.error:
         raise ApiError(409, f"document {doc.id} is indexed; nothing to retry")
-    last = svc.jobs.last_submitted(collection.name, doc.id)
-    sha = last.sha256 if last else doc.sha256
-    svc.jobs.submit(Job(collection.name, doc.id, doc.name, sha))
+    uploads.retry(collection, svc.jobs, doc)
     return _json(svc, collection, doc)
 
 
