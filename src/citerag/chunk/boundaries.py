@@ -12,7 +12,7 @@ sentence (citerag.abbreviations); any other language, and None (the default), cu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from citerag.abbreviations import continues
 from citerag.text import JS_WHITESPACE, JS_WS_CLASS, trimmed_range
@@ -41,38 +41,39 @@ def _sentences(body: str, pf: int, pt: int, language: str | None) -> Iterator[tu
         yield open_, pt
 
 
+def _packed(ranges: Iterable[tuple[int, int]], target: int) -> Iterator[tuple[int, int]]:
+    """Consecutive ranges joined while the join stays within `target` characters (one alone may be longer)."""
+    cur: tuple[int, int] | None = None
+    for f, t in ranges:
+        if cur and t - cur[0] > target:
+            yield cur
+            cur = None
+        cur = (cur[0], t) if cur else (f, t)
+    if cur:
+        yield cur
+
+
 def boundary_ranges(text: str, start: int, end: int, target: int,
                     language: str | None = None) -> Iterator[tuple[int, int]]:
     """Trimmed, non-blank (start, end) ranges of `text` covering the non-blank text of [start, end)."""
     body = text[start:end]
 
-    def emit(a: int, b: int) -> Iterator[tuple[int, int]]:
-        r = trimmed_range(text, start + a, start + b)
-        if r:
-            yield r
+    def emit(ranges: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+        for a, b in ranges:
+            r = trimmed_range(text, start + a, start + b)
+            if r:
+                yield r
 
-    open_: tuple[int, int] | None = None
+    paragraphs: list[tuple[int, int]] = []  # packed together until a huge one, which is cut in whole sentences
     for m in _PARAGRAPH.finditer(body):
         pf, pt = m.start(), m.end()
-        if pt - pf > target:  # one huge paragraph: whole sentences
-            if open_:
-                yield from emit(*open_)
-                open_ = None
-            cur: tuple[int, int] | None = None
-            for sf, st in _sentences(body, pf, pt, language):
-                if cur and st - cur[0] > target:
-                    yield from emit(*cur)
-                    cur = None
-                cur = (cur[0], st) if cur else (sf, st)
-            if cur:
-                yield from emit(*cur)
-            continue
-        if open_ and pt - open_[0] > target:
-            yield from emit(*open_)
-            open_ = None
-        open_ = (open_[0], pt) if open_ else (pf, pt)
-    if open_:
-        yield from emit(*open_)
+        if pt - pf > target:
+            yield from emit(_packed(paragraphs, target))
+            paragraphs = []
+            yield from emit(_packed(_sentences(body, pf, pt, language), target))
+        else:
+            paragraphs.append((pf, pt))
+    yield from emit(_packed(paragraphs, target))
 
 
 def sentence_ranges(text: str, start: int, end: int,

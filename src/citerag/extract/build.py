@@ -7,6 +7,7 @@ map and the canonical text are built together and cannot drift apart.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,3 +97,15 @@ class TextBuilder:
             sections.append(Section(h.title, h.start, h.body_start, end, h.prefix))
         locators = sorted(self.locators, key=lambda loc: (loc.start, loc.end))
         return Extracted(text, title, sections, extractor, version, list(warnings or []), locators)
+
+
+def table_text(rows: Iterable[Iterable[Iterable[str]]]) -> str:
+    """A word-processor table as text: each row a line of its cells joined by " | ", each cell its paragraphs'
+    words joined by single spaces; rows with no text are left out."""
+    lines = []
+    for row in rows:
+        cells = (" ".join(p for p in (" ".join(text.split()) for text in cell) if p) for cell in row)
+        line = " | ".join(cells)
+        if line.strip(" |"):
+            lines.append(line)
+    return "\n".join(lines)

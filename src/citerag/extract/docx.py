@@ -13,7 +13,7 @@ from pathlib import Path
 import lxml.etree
 
 from citerag.errors import ExtractionError
-from citerag.extract.build import TextBuilder
+from citerag.extract.build import TextBuilder, table_text
 from citerag.extract.safe import SafeZip, local
 from citerag.types import Extracted
 
@@ -59,16 +59,8 @@ def _docx_heading_styles(z: SafeZip) -> dict[str, int]:
 
 
 def _docx_table(tbl: lxml.etree._Element) -> str:
-    rows = []
-    for tr in (r for r in tbl if local(r.tag) == "tr"):
-        cells = []
-        for tc in (c for c in tr if local(c.tag) == "tc"):
-            paras = [" ".join(_docx_text(p).split()) for p in tc.iter(_w("p"))]
-            cells.append(" ".join(p for p in paras if p))
-        line = " | ".join(cells)
-        if line.strip(" |"):
-            rows.append(line)
-    return "\n".join(rows)
+    return table_text(((_docx_text(p) for p in tc.iter(_w("p"))) for tc in tr if local(tc.tag) == "tc")
+                      for tr in tbl if local(tr.tag) == "tr")
 
 
 class DocxExtractor:

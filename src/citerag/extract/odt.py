@@ -11,7 +11,7 @@ from pathlib import Path
 import lxml.etree
 
 from citerag.errors import ExtractionError
-from citerag.extract.build import TextBuilder
+from citerag.extract.build import TextBuilder, table_text
 from citerag.extract.safe import SafeZip, local
 from citerag.types import Extracted
 
@@ -44,16 +44,9 @@ def odf_text(el: lxml.etree._Element) -> str:
 
 
 def _odt_table(table: lxml.etree._Element) -> str:
-    rows = []
-    for tr in table.iter("{urn:oasis:names:tc:opendocument:xmlns:table:1.0}table-row"):
-        cells = []
-        for tc in (c for c in tr if local(c.tag) == "table-cell"):
-            paras = [" ".join(odf_text(p).split()) for p in tc.iter(f"{{{_TEXT}}}p", f"{{{_TEXT}}}h")]
-            cells.append(" ".join(p for p in paras if p))
-        line = " | ".join(cells)
-        if line.strip(" |"):
-            rows.append(line)
-    return "\n".join(rows)
+    return table_text(((odf_text(p) for p in tc.iter(f"{{{_TEXT}}}p", f"{{{_TEXT}}}h"))
+                       for tc in tr if local(tc.tag) == "table-cell")
+                      for tr in table.iter("{urn:oasis:names:tc:opendocument:xmlns:table:1.0}table-row"))
 
 
 class OdtExtractor:
