@@ -91,3 +91,65 @@ def test_a_collection_keeps_its_chunking_and_only_the_parameters_its_strategy_us
         assert app.status().counts["stale"] == 0
     with Citerag.open(load_settings(tmp_path / "ix", strategy="E")) as app:  # a flag is an explicit choice
         assert app.collection().settings.strategy == "E" and app.status().counts["stale"] == 1
+
+
+# --- document ids are never reused (issue 25): a link, trace or feedback for a deleted document must not open
+# another. The embedded store gives ids from a high-water counter (meta `next_document_id`), which an index that
+# predates it seeds once, in its first write, from every id it has known.
+
+
+def _meta(index: Path) -> dict[str, str]:
+    import sqlite3
+
+    db = sqlite3.connect(index / "index.sqlite3")
+    try:
+        return dict(db.execute("SELECT key, value FROM meta WHERE key NOT LIKE 'refusal_rule:%'").fetchall())
+    finally:
+        db.close()
+
+
+def test_an_old_home_never_gives_a_deleted_documents_id_again(old_index: Path) -> None:
+    from citerag.ingest.files import Source
+    from citerag.types import UPLOAD_SCHEME
+
+    assert "next_document_id" not in _meta(old_index)  # written before the counter existed
+    with Citerag.open(load_settings(old_index)) as app:
+        collection = app.collection()
+        highest = max(d.id for d in collection.documents())
+        app.delete(highest)
+        new = collection.accept(Source(UPLOAD_SCHEME + "new.md", b"# New\n\nFresh text.\n", "new.md")).document
+        assert new.id > highest
+        assert [d.name for d in collection.documents()] == ["ch04.md", "new.md"]
+    assert _meta(old_index)["next_document_id"] == str(new.id + 1)
+    with Citerag.open(load_settings(old_index)) as app:  # opened again: the counter holds
+        app.delete(new.id)
+        again = app.collection().accept(Source(UPLOAD_SCHEME + "again.md", b"# Again\n", "again.md")).document
+        assert again.id > new.id
+        assert app.status().counts["indexed"] == 1  # the old document still served
+
+
+def test_ids_deleted_before_the_counter_existed_are_not_given_again(tmp_path: Path) -> None:
+    import sqlite3
+
+    from citerag.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "ix", create=True)
+    ids = [store.add_pending(f"/docs/{n}.md", f"{n}.md", "0" * 64) for n in ("a", "b", "c")]
+    store.delete(ids[-1])
+    store.close()
+    # As an older citerag left it: no counter, the deleted highest id known only to the change log.
+    db = sqlite3.connect(tmp_path / "ix" / "index.sqlite3")
+    db.execute("DELETE FROM meta WHERE key = 'next_document_id'")
+    db.commit()
+    store = SqliteStore(tmp_path / "ix")
+    try:
+        assert store.add_pending("/docs/d.md", "d.md", "0" * 64) == ids[-1] + 1
+        # A document an older citerag added past the counter (it takes max(id) + 1) is not handed out twice.
+        next_id = int(_meta(tmp_path / "ix")["next_document_id"])
+        db.execute("INSERT INTO documents (id, source_path, name, sha256, status, updated_at)"
+                   " VALUES (?, '/docs/old.md', 'old.md', ?, 'pending', 'now')", (next_id, "0" * 64))
+        db.commit()
+        assert store.add_pending("/docs/e.md", "e.md", "0" * 64) == next_id + 1
+    finally:
+        store.close()
+        db.close()

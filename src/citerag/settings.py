@@ -35,7 +35,12 @@ _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F", "G"), "mode": MODES,
 # What an API client may set on a collection it creates (the rest is the server operator's).
 CLIENT_SETTINGS = ("threshold", "refusal", "max_sources", "mode", "k", "rrf_k", "strategy", "target", "overlap",
                    "semantic_percentile", "vector_index")
-_COLLECTION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+# A collection's name becomes a folder (HOME/collections/NAME), a row key and a URL path segment, so it must be one
+# plain path component whatever reads it: letters, digits, '.', '_' and '-', starting with a letter or digit (never
+# "." or "..", nor a hidden folder, nor the catalog's own staging folders, which start with a dot) and not ending
+# with '.' (Windows drops a trailing dot: "a." and "a" would be one folder). No look-arounds: pydantic and FastAPI
+# check the same pattern with Rust's regex engine. The settings, the catalogs and the API check it.
+COLLECTION_NAME = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9_-])?$"
 # user:password@ up to the last @ before the path: a password may hold an unescaped @ (libpq accepts it).
 _PASSWORD_IN_URL = re.compile(r"(://[^/@:]*:)[^/]*@")
 
@@ -118,7 +123,7 @@ class Settings(BaseModel):
     trace_keep: int = Field(default=10000, ge=0)
     trace_text: bool = False
     otlp_endpoint: str = ""
-    collection: str = Field(default="default", pattern=_COLLECTION_PATTERN)
+    collection: str = Field(default="default", pattern=COLLECTION_NAME)
     # Where the collection's store lives; empty (the default) = sqlite:///<absolute index_dir>, derived at
     # validation, so it stays out of model_fields_set and follows index_dir in with_changes.
     store_url: str = Field(default="", validate_default=True)

@@ -27,6 +27,10 @@ from corpus_paths import DATA
 MakeCatalog = Callable[[], Catalog]
 CHAPTERS = DATA / "markdown" / "debian-reference"
 BAD_NAMES = ["../escape", "a/b", "two words", "", "x" * 65, "colon:name"]
+# Names the old pattern (^[A-Za-z0-9._-]{1,64}$) let through although a path reads them (issue 25): `..` wrote the
+# home's own config.toml, `.` HOME/collections/config.toml; a hidden folder; a trailing dot Windows drops; a
+# trailing newline, which `$` alone accepts.
+PATH_NAMES = ["..", ".", ".hidden", "...", "team.", "team\n", "-team", "_team"]
 
 
 def pending(store: Store, chapter: str) -> int:
@@ -133,6 +137,41 @@ class CatalogContract:
         assert catalog.names() == [home.collection] and not catalog.exists("team")
         assert make_catalog().names() == [home.collection]
 
+    def test_a_name_a_path_could_read_is_refused_in_one_line_and_creates_nothing(
+            self, home: Settings, make_catalog: MakeCatalog) -> None:
+        catalog = make_catalog()
+        for name in PATH_NAMES:
+            with pytest.raises(CiteragError, match=r"^bad collection name .*: 1 to 64 letters"):
+                catalog.create(name, {"threshold": 1.9})
+        assert catalog.names() == [home.collection] and make_catalog().names() == [home.collection]
+        assert catalog.settings(home.collection).threshold == home.threshold
+        for name in ("a.b", "v1.2-rc_3", "A", "9", "x" * 64):  # inner dots, one character, the longest: still names
+            assert catalog.create(name, {}).collection == name
+
+    def test_document_ids_are_never_reused(self, home: Settings, make_catalog: MakeCatalog) -> None:
+        """Delete the highest id, add again: the new id is larger, also seen from another connection (process),
+        so that a citation link, trace or feedback issued for the deleted document never opens another one."""
+        catalog = make_catalog()
+        catalog.create("team", {})
+        for settings in (catalog.settings(home.collection), catalog.settings("team")):
+            store = open_store(settings)
+            try:
+                first, second = pending(store, "ch01.md"), pending(store, "ch05.md")
+                store.delete(second)
+                third = pending(store, "ch10.md")
+                assert third > second > first
+                store.delete(third)
+                store.delete(first)  # none left at all: still no id given twice
+                again = open_store(settings)  # another process
+                try:
+                    fourth = pending(again, "ch05.md")
+                    assert fourth > third
+                finally:
+                    again.close()
+                assert pending(store, "ch10.md") > fourth
+            finally:
+                store.close()
+
     def test_a_missing_collection_is_one_line(self, make_catalog: MakeCatalog) -> None:
         catalog = make_catalog()
         with pytest.raises(CiteragError, match="^no collection 'nope'$"):
@@ -210,6 +249,68 @@ class TestFolderCatalog(CatalogContract):
                                                                               make_catalog: MakeCatalog) -> None:
         super().test_identity_tells_a_collection_from_one_created_again_under_its_name(make_catalog)
 
+    def test_a_refused_or_failed_create_writes_no_file_anywhere(self, home: Settings, make_catalog: MakeCatalog,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        def files() -> dict[str, bytes]:
+            return {str(p.relative_to(home.index_dir)): p.read_bytes() if p.is_file() else b"/"
+                    for p in sorted(home.index_dir.rglob("*"))}
+
+        catalog = make_catalog()
+        catalog.create("team", {})
+        (home.index_dir / "config.toml").write_text('threshold = 0.5\n', encoding="utf-8")
+        before = files()
+        for name in PATH_NAMES + BAD_NAMES:
+            with pytest.raises((CiteragError, ValueError)):
+                catalog.create(name, {"threshold": 1.9})
+        with pytest.raises(ValueError, match="overlap must be less than target"):
+            catalog.create("fresh", {"target": 64, "overlap": 64})
+        # A failure half way (the second setting cannot be written): nothing of it stays, not even a folder.
+        import citerag.catalog.folder as folder
+
+        written = folder.set_in_config_file
+
+        def second_fails(index_dir: Path, key: str, value: object) -> Path:
+            if key == "k":
+                raise CiteragError("disk full")
+            return written(index_dir, key, value)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(folder, "set_in_config_file", second_fails)
+        with pytest.raises(CiteragError, match="disk full"):
+            catalog.create("fresh", {"threshold": 0.7, "k": 3})
+        assert files() == before
+        assert catalog.names() == [home.collection, "team"]
+
+    def test_a_first_failed_create_leaves_no_collections_folder(self, home: Settings, make_catalog: MakeCatalog,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        import citerag.catalog.folder as folder
+
+        monkeypatch.setattr(folder, "set_in_config_file", lambda *a: (_ for _ in ()).throw(CiteragError("no")))
+        with pytest.raises(CiteragError, match="no"):
+            make_catalog().create("team", {})
+        assert not (home.index_dir / "collections").exists()
+
+    def test_a_deletion_interrupted_half_way_is_finished_by_the_next_create(self, home: Settings,
+                                                                            make_catalog: MakeCatalog) -> None:
+        catalog = make_catalog()
+        store = open_store(catalog.create("team", {}))
+        pending(store, "ch05.md")
+        store.close()
+        (home.index_dir / "collections" / "team" / "config.toml").unlink()  # the marker went, the store did not
+        assert catalog.names() == [home.collection]
+        store = open_store(catalog.create("team", {}))
+        try:
+            assert store.documents() == []  # the old collection's documents are not taken over
+        finally:
+            store.close()
+
+    def test_a_folder_an_older_rule_made_is_no_collection(self, home: Settings, make_catalog: MakeCatalog) -> None:
+        for legacy in (".hidden", "team."):
+            folder = home.index_dir / "collections" / legacy
+            folder.mkdir(parents=True)
+            (folder / "config.toml").write_text(f'collection = "{legacy}"\n', encoding="utf-8")
+        catalog = make_catalog()
+        assert catalog.names() == [home.collection] and not catalog.exists(".hidden")
+
     def test_collections_are_folders_under_the_home(self, home: Settings, make_catalog: MakeCatalog) -> None:
         catalog = make_catalog()
         settings = catalog.create("team", {"k": 4})
@@ -232,6 +333,14 @@ class TestPostgresCatalog(CatalogContract):
     @pytest.fixture()
     def home(self, pg_url: str, tmp_path: Path) -> Settings:
         return Settings(index_dir=tmp_path / "home", store_url=pg_url)
+
+    def test_a_row_an_older_rule_made_is_no_collection(self, home: Settings, make_catalog: MakeCatalog) -> None:
+        import psycopg
+
+        catalog = make_catalog()
+        with psycopg.connect(home.store_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO collections (name) VALUES ('..'), ('team.')")
+        assert catalog.names() == [home.collection] and not catalog.exists("..")
 
     def test_collections_are_rows_of_the_homes_database(self, home: Settings, make_catalog: MakeCatalog) -> None:
         import psycopg

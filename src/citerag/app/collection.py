@@ -22,6 +22,7 @@ from citerag.app.models import (
 )
 from citerag.app.query import Query, best_distances, trace_options
 from citerag.app.shared import Shared
+from citerag.app.unserved import Unserved
 from citerag.backends import open_backend
 from citerag.errors import CiteragError
 from citerag.ingest.files import Discovered, IngestReport, Outcome, Source, discover
@@ -51,6 +52,7 @@ class Collection:
         backend = open_backend(settings)
         self.search_backend = backend.search(settings)
         self.originals = backend.originals(settings, store)  # uploaded bytes, by SHA-256
+        self.unserved = Unserved()  # replacements this process submitted that no row names yet (app/uploads.py)
         # Defaults this collection does not follow because its documents were indexed otherwise (app/stamps.py).
         self.newer_defaults: dict[str, Any] = {}
         self.identity: object | None = None  # the catalog's identity of it when opened (see Citerag.refresh)
@@ -160,8 +162,9 @@ class Collection:
         return read_original(self.originals, doc, sha256)
 
     def forget_original(self, sha256: str) -> None:
-        """Remove stored bytes no document of the collection refers to any more."""
-        self.originals.remove_unreferenced(sha256)
+        """Remove stored bytes no document of the collection refers to any more, nor a job waits for."""
+        if not self.unserved.holds(sha256):
+            self.originals.remove_unreferenced(sha256)
 
     def fail_document(self, document_id: int, sha256: str, name: str, reason: str) -> Outcome:
         """A document whose indexing failed outside index_document (a crashed worker, an outage) ends `failed`

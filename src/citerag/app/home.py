@@ -14,6 +14,7 @@ share its query-vector cache.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from citerag.app.models import AskOptions, CollectionStatus, SearchOptions
 from citerag.app.shared import Shared
 from citerag.app.stamps import keep_indexed_choices
 from citerag.backends import open_backend
+from citerag.catalog.base import COLLECTION_NAME as COLLECTION_NAME  # the name rule, for the entry points
 from citerag.catalog.base import Catalog
+from citerag.catalog.base import check_collection_name as check_collection_name  # (which never name the catalog)
 from citerag.errors import CiteragError
 from citerag.ingest.files import Discovered, IngestReport, Outcome, Source
 from citerag.ingest.indexer import Progress
@@ -79,18 +82,30 @@ class Citerag(Shared):
     def create_collection(self, name: str, changes: dict[str, Any]) -> Collection:
         if self.catalog is None:
             raise CiteragError("collections can only be created in a home (Citerag.open_home)")
+        check_collection_name(name)
         with self._lock:
-            return self.open_collection(self.catalog.create(name, changes), create=True)
+            settings = self.catalog.create(name, changes)
+            try:
+                return self.open_collection(settings, create=True)
+            except BaseException:
+                # A create that fails writes nothing: the catalog's entry (and any store begun) goes again. The
+                # first error is the one to report.
+                with suppress(Exception):
+                    self.catalog.delete(name)
+                raise
 
     def drop_collection(self, name: str) -> None:
         if self.catalog is None:
             raise CiteragError("collections can only be deleted in a home (Citerag.open_home)")
+        check_collection_name(name)
         with self._lock:
             self.catalog.delete(name)  # refuses the home collection before anything is closed
             if name in self.collections:
                 self.collections.pop(name).close()
 
     def open_collection(self, settings: Settings, *, create: bool = False) -> Collection:
+        # The settings' own check is looser (an older rule); a name that could be read as a path opens nothing.
+        check_collection_name(settings.collection)
         with self._lock:
             if settings.collection in self.collections:
                 raise CiteragError(f"collection {settings.collection!r} is already open")
@@ -120,6 +135,8 @@ class Citerag(Shared):
 
     def collection(self, name: str | None = None) -> Collection:
         key = name or self.default
+        if name:
+            check_collection_name(name)
         with self._lock:
             if key is not None and key not in self.collections and self.catalog and self.catalog.exists(key):
                 return self.open_collection(self.catalog.settings(key), create=True)

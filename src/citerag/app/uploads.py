@@ -18,6 +18,7 @@ from typing import Any
 
 from citerag.app.collection import Collection
 from citerag.app.home import Citerag
+from citerag.app.names import upload_name
 from citerag.errors import CiteragError
 from citerag.ingest.files import Outcome, Source
 from citerag.jobs import IngestQueue, Job, OnFinished
@@ -38,6 +39,7 @@ class Uploaded:
 
 
 def upload(collection: Collection, jobs: IngestQueue, name: str, data: bytes) -> Uploaded:
+    name = upload_name(name)  # the route checked it already (to name its field); every other caller is held here
     sha = collection.save_original(data)  # before the document exists, so its job always finds the bytes
     accepted = collection.accept(Source(UPLOAD_SCHEME + name, data, name))
     doc = accepted.document
@@ -54,22 +56,47 @@ def replace(collection: Collection, jobs: IngestQueue, doc: Document, data: byte
     served until the new one is committed, and stays if it fails."""
     sha = collection.save_original(data)
     if sha != doc.sha256 or doc.status != "indexed":
-        jobs.submit(Job(collection.name, doc.id, doc.name, sha))
+        previous = jobs.last_submitted(collection.name, doc.id)
+        idle = jobs.state(collection.name, doc.id) is None  # asked before this job is queued
+        _submit(collection, jobs, Job(collection.name, doc.id, doc.name, sha))
+        if previous is not None and idle and previous.sha256 != sha:
+            # Nothing was waiting, so the last version submitted has run: unless it is served, it failed and was
+            # kept for `retry`, which now takes this one. Its bytes go (another process's record of it included).
+            current = collection.document(doc.id)
+            if current is not None and current.sha256 != previous.sha256:
+                _forget(collection, [previous.sha256])
     return sha
 
 
 def delete(collection: Collection, jobs: IngestQueue, doc: Document) -> None:
-    """Its waiting jobs dropped (a running one finished first), the document deleted, its bytes forgotten."""
+    """Its waiting jobs dropped (a running one finished first), the document deleted, and every version of it
+    forgotten: the served one, one committed since `doc` was read, and each replacement submitted for it (waiting,
+    cancelled or failed), so that no original outlives its document whatever the order of PUT and DELETE."""
+    last = jobs.last_submitted(collection.name, doc.id)
     jobs.cancel(collection.name, doc.id)
     with collection.write_lock:
+        current = collection.document(doc.id)  # a replacement may have been committed since `doc` was read
         collection.delete(doc.id)
-    collection.forget_original(doc.sha256)
+    versions = [doc.sha256, *collection.unserved.forget(doc.id)]
+    versions += [v.sha256 for v in (current, last) if v is not None]
+    _forget(collection, versions)
 
 
 def retry(collection: Collection, jobs: IngestQueue, doc: Document) -> None:
     """Queue `doc` again with the bytes last submitted for it (a failed replacement's, not the served version's)."""
     last = jobs.last_submitted(collection.name, doc.id)
-    jobs.submit(Job(collection.name, doc.id, doc.name, last.sha256 if last else doc.sha256))
+    _submit(collection, jobs, Job(collection.name, doc.id, doc.name, last.sha256 if last else doc.sha256))
+
+
+def _submit(collection: Collection, jobs: IngestQueue, job: Job) -> None:
+    collection.unserved.submitted(job.document_id, job.sha256)  # before the job can run and settle it
+    jobs.submit(job)
+
+
+def _forget(collection: Collection, shas: list[str]) -> None:
+    """Remove these originals unless a document still names them or another document's job waits for them."""
+    for sha in dict.fromkeys(shas):
+        collection.forget_original(sha)
 
 
 def index_upload(app: Citerag, job: Job, *, serialise: bool = True) -> Outcome | None:
@@ -84,7 +111,8 @@ def index_upload(app: Citerag, job: Job, *, serialise: bool = True) -> Outcome |
         return None  # the collection was deleted while the job waited
     doc = collection.document(job.document_id)
     if doc is None:
-        return None  # deleted while queued
+        _forget(collection, [job.sha256, *collection.unserved.forget(job.document_id)])  # deleted while queued
+        return None
     data = collection.read_original(doc, job.sha256)
     if data is None:
         log.warning("document %s of %s: stored bytes %s missing, left as it is", doc.id, job.collection,
@@ -92,11 +120,19 @@ def index_upload(app: Citerag, job: Job, *, serialise: bool = True) -> Outcome |
         return None
     lock: AbstractContextManager[Any] = collection.write_lock if serialise else nullcontext()
     with lock:
-        if collection.document(job.document_id) is None:
+        before = collection.document(job.document_id)
+        if before is None:
+            _forget(collection, [job.sha256, *collection.unserved.forget(job.document_id)])
             return None
         outcome = collection.index_document(Source(doc.source_path, data, name=job.name))
-        if doc.sha256 != job.sha256:  # a replacement: the old bytes go once nothing refers to them
-            collection.forget_original(doc.sha256)
+        after = collection.document(job.document_id)
+        if after is None:  # deleted while it was indexed (a worker does not take the lock): all of it goes
+            _forget(collection, [job.sha256, before.sha256, *collection.unserved.forget(job.document_id)])
+            return outcome
+        # A replacement: the old bytes go once nothing refers to them, and so do the versions submitted before
+        # this one (superseded; a failed one among them is no longer what `retry` takes).
+        superseded = collection.unserved.settled(job.document_id, job.sha256, served=after.sha256 == job.sha256)
+        _forget(collection, [*([before.sha256] if before.sha256 != job.sha256 else []), *superseded])
     return outcome
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
 from citerag.errors import CiteragError
-from citerag.settings import CLIENT_SETTINGS, Settings
+from citerag.settings import CLIENT_SETTINGS, COLLECTION_NAME, Settings
 
-# What an API client may set on a collection it creates: retrieval and the refusal rule. Not the generator's
-# endpoint or model path: those are the operator's (a client could otherwise point the server at any host).
+_NAME = re.compile(COLLECTION_NAME)
+
+# CLIENT_SETTINGS: what an API client may set on a collection it creates, retrieval and the refusal rule. Not the
+# generator's endpoint or model path: those are the operator's (a client could otherwise point the server at any host).
 
 
 class Catalog(Protocol):
@@ -40,8 +43,24 @@ class Catalog(Protocol):
         ...
 
 
+def is_collection_name(name: object) -> bool:
+    # fullmatch: `$` alone would let a trailing newline through.
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def check_collection_name(name: object) -> str:
+    """`name` if it is a collection name, else one line saying what a name may be (CiteragError)."""
+    if not is_collection_name(name):
+        shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+        raise CiteragError(f"bad collection name {shown}: 1 to 64 letters, digits, '.', '_' or '-', starting with a "
+                           "letter or digit and not ending with '.'")
+    assert isinstance(name, str)
+    return name
+
+
 def check_changes(home: Settings, name: str, changes: dict[str, Any]) -> None:
-    """A client's settings for a new collection, refused (one line) unless allowed and valid as a whole."""
+    """A collection's name and a client's settings for it, refused (one line) unless allowed and valid as a whole."""
+    check_collection_name(name)
     unknown = sorted(set(changes) - set(CLIENT_SETTINGS))
     if unknown:
         raise CiteragError(f"settings {', '.join(unknown)} cannot be set on a collection "

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from citerag.catalog.base import check_changes
+from citerag.catalog.base import check_changes, is_collection_name
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.settings import Settings, redact_url
 from citerag.store.pg_migrate import ensure_current
@@ -54,12 +54,14 @@ class PostgresCatalog:
         self._pool.close()
 
     def names(self) -> list[str]:
+        # A row an older rule let in (".." and the like) is no collection: no path or route could name it safely.
         others = [r[0] for r in self._rows("SELECT name FROM collections WHERE name <> %s ORDER BY name",
-                                           (self.home.collection,))]
+                                           (self.home.collection,)) if is_collection_name(r[0])]
         return [self.home.collection, *others]
 
     def exists(self, name: str) -> bool:
-        return name == self.home.collection or bool(self._rows("SELECT 1 FROM collections WHERE name = %s", (name,)))
+        return name == self.home.collection or (is_collection_name(name) and bool(
+            self._rows("SELECT 1 FROM collections WHERE name = %s", (name,))))
 
     def settings(self, name: str) -> Settings:
         if name == self.home.collection:
@@ -75,7 +77,12 @@ class PostgresCatalog:
                              " RETURNING id", (name, json.dumps(changes)))
         if not created:
             raise CiteragError(f"collection {name!r} already exists")
-        return self.settings(name)
+        try:
+            return self.settings(name)
+        except BaseException:
+            # A create that fails leaves nothing behind; the row is this create's own (its id).
+            self._rows("DELETE FROM collections WHERE id = %s RETURNING id", (created[0][0],))
+            raise
 
     def identity(self, name: str) -> object | None:
         rows = self._rows("SELECT id FROM collections WHERE name = %s", (name,))

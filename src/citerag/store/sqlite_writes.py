@@ -29,11 +29,28 @@ def _bump_generation(db: sqlite3.Connection, doc_id: int) -> None:
     db.execute("INSERT INTO changes SELECT CAST(value AS INTEGER), ? FROM meta WHERE key = 'generation'", (doc_id,))
 
 
+def _next_document_id(db: sqlite3.Connection) -> int:
+    """A document id never given before, inside the caller's write transaction.
+
+    A rowid would be reused after the highest document is deleted, and links, traces and feedback issued for the
+    deleted document would then open the new one. So ids come from a high-water counter, a meta key like the
+    refusal rules' (no schema step: an older citerag reads the file as before). An index that has no counter yet
+    seeds it once, in this same transaction, from every id it has known: the documents there and each document
+    the change log names (deleted ones included, back to the log's start). The documents' own highest id is
+    taken too, so that a document an older citerag added since cannot be handed out twice either."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'next_document_id'").fetchone()
+    counter = int(row[0]) if row is not None else \
+        int(db.execute("SELECT COALESCE(MAX(document_id), 0) + 1 FROM changes").fetchone()[0])
+    doc_id = max(counter, int(db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM documents").fetchone()[0]))
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('next_document_id', ?)", (str(doc_id + 1),))
+    return doc_id
+
+
 def add_pending(db: sqlite3.Connection, source_path: str, name: str, sha256: str) -> int:
-    cur = db.execute(
-        "INSERT INTO documents (source_path, name, sha256, status, updated_at)"
-        " VALUES (?, ?, ?, 'pending', ?)", (source_path, name, sha256, _now()))
-    doc_id = int(cur.lastrowid or 0)
+    doc_id = _next_document_id(db)
+    db.execute(
+        "INSERT INTO documents (id, source_path, name, sha256, status, updated_at)"
+        " VALUES (?, ?, ?, ?, 'pending', ?)", (doc_id, source_path, name, sha256, _now()))
     _bump_generation(db, doc_id)
     return doc_id
 
