@@ -1,5 +1,5 @@
-"""GET /v1/traces/{id}: the trace of a question (its X-Trace-Id, continuing the client's traceparent) for a key
-that sees its collection, and a 404 for another collection's key, as on every route."""
+"""GET /v1/traces/{id}: the trace of a question (its X-Trace-Id, the server's own even when the client sent a
+traceparent) for a key that sees its collection, and a 404 for another collection's key, as on every route."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ def test_a_question_trace_is_served_to_its_collection_only(deployment: Deploymen
         asked = c.post("/v1/collections/default/ask", json={"question": QUESTION},
                        headers={"traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"})
         assert asked.status_code == 200, asked.text
-        # The request's trace is the client's, and the question's spans are in it.
-        assert asked.headers["X-Trace-Id"] == TRACE == asked.json()["trace_id"]
-        trace = c.get(f"/v1/traces/{TRACE}")
+        # The request's trace is the server's (the client's traceparent is only named), with the question's spans.
+        asked_id = asked.headers["X-Trace-Id"]
+        assert asked_id == asked.json()["trace_id"] and asked_id != TRACE
+        assert c.get(f"/v1/traces/{TRACE}").status_code == 404
+        trace = c.get(f"/v1/traces/{asked_id}")
         assert trace.status_code == 200, trace.text
         record = trace.json()
         assert record["collection"] == "default" and record["operation"] == "ask"
@@ -32,18 +34,18 @@ def test_a_question_trace_is_served_to_its_collection_only(deployment: Deploymen
         # A search without a traceparent gets a trace of its own, also served.
         searched = c.post("/v1/collections/default/search", json={"query": "sudo root activity log"})
         own = searched.headers["X-Trace-Id"]
-        assert len(own) == 32 and own != TRACE
+        assert len(own) == 32 and own not in (TRACE, asked_id)
         assert c.get(f"/v1/traces/{own}").json()["operation"] == "search"
         assert c.get(f"/v1/traces/{'0' * 32}").status_code == 404
         assert c.get("/v1/traces/not-a-trace").status_code == 422
     with server.client(deployment.team_b) as c:
-        hidden = c.get(f"/v1/traces/{TRACE}")
-        assert hidden.status_code == 404 and hidden.json() == {"error": f"trace {TRACE} not found",
+        hidden = c.get(f"/v1/traces/{asked_id}")
+        assert hidden.status_code == 404 and hidden.json() == {"error": f"trace {asked_id} not found",
                                                               "field": None}
     with server.client(deployment.admin) as c:
-        assert c.get(f"/v1/traces/{TRACE}").status_code == 200
+        assert c.get(f"/v1/traces/{asked_id}").status_code == 200
     with server.client() as c:
-        assert c.get(f"/v1/traces/{TRACE}").status_code == 401
+        assert c.get(f"/v1/traces/{asked_id}").status_code == 401
 
 
 @pytest.mark.parametrize("header", ["", "garbage", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"])

@@ -1,7 +1,7 @@
 """The trace store's contract, the same tests on both backends: INDEX/traces.sqlite3 and the `traces` table of a
-real PostgreSQL (one table for every collection). Bounded to the newest `keep`, a trace written again becomes the
-newest, a collection sees only its own traces, the text only when given, and reading creates nothing; a
-collection on a PostgreSQL store keeps its traces in that database, through the store's own pool."""
+real PostgreSQL (one table for every collection). Bounded to the newest `keep`, a kept trace is never overwritten,
+a collection sees only its own traces, the text only when given, and reading creates nothing; a collection on a
+PostgreSQL store keeps its traces in that database, through the store's own pool."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from trace_fixtures import NOTES_V1, open_app
 
 from citerag.backends import open_backend
+from citerag.errors import CiteragError
 from citerag.settings import Settings
 from citerag.store.base import Store
 from citerag.trace import OPERATION
@@ -120,15 +121,24 @@ def test_the_newest_keep_are_kept(backend: Backend) -> None:
     assert backend.make(keep=3).get(ids[-1].upper()) == record  # another process; ids in either case
 
 
-def test_a_trace_written_again_becomes_the_newest(backend: Backend) -> None:
+def test_a_kept_trace_is_never_overwritten(backend: Backend) -> None:
+    # Trace ids are the server's, but a store must not trust that: a later operation under a kept id (a client
+    # once chose it with a traceparent) is refused, and the kept record neither changes nor becomes the newest.
     store = backend.make(keep=3)
-    spans = [operation() for _ in range(4)]
-    first, second, _ = (store.write(s, {}, "default") for s in spans[:3])
-    store.write(spans[0], {"again": True}, "default")
-    store.write(spans[3], {}, "default")
-    assert store.count() == 3 and store.get(second) is None
+    spans = [operation(hits=(n,)) for n in range(3)]
+    first = store.write(spans[0], {"k": 1}, "default")
+    second = store.write(spans[1], {}, "default")
+    with pytest.raises(CiteragError, match="already kept"):
+        store.write(spans[0], {"again": True}, "default", {"question": QUESTION, "answer": ANSWER})
+    with pytest.raises(CiteragError, match="already kept"):
+        store.write(spans[0], {}, "default")
     kept = store.get(first)
-    assert kept is not None and kept["options"] == {"again": True}
+    assert kept is not None and kept["options"] == {"k": 1} and kept["text_kept"] is False
+    assert QUESTION not in backend.raw()
+    assert store.count() == 2
+    third = store.write(spans[2], {}, "default")
+    store.write(operation(), {}, "default")  # the fourth pushes out the oldest: still the first, never bumped
+    assert store.get(first) is None and store.get(second) is not None and store.get(third) is not None
 
 
 def test_text_is_kept_only_when_given(backend: Backend) -> None:

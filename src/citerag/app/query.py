@@ -31,7 +31,7 @@ from citerag.search.retriever import hits_from_rows
 from citerag.settings import Settings
 from citerag.store.base import Store
 from citerag.trace import OPERATION, current_trace_id, hit_attributes, sink, traced_events, tracer
-from citerag.trace.setup import Sink
+from citerag.trace.setup import Sink, caller_attributes
 from citerag.types import Answer, Hit, SearchResult, answer_from_dict
 
 log = logging.getLogger("citerag")
@@ -256,9 +256,11 @@ class Query:
                                                   json.dumps(data).encode(), settings.cache_answer_ttl)
 
     def _operation(self, operation: str) -> dict[str, Any]:
-        """An operation span's attributes: what it is, where, and the options that shape its result."""
+        """An operation span's attributes: what it is, where, the options that shape its result, and the caller's
+        span when its request sent one (kept in the record, so that an operator can correlate it)."""
         return {OPERATION: operation, "citerag.collection": self.host.name,
-                **{f"citerag.options.{k}": v for k, v in trace_options(self.settings).items()}}
+                **{f"citerag.options.{k}": v for k, v in trace_options(self.settings).items()},
+                **caller_attributes()}
 
 
 def best_distances(host: Host, queries: Sequence[str]) -> list[float]:

@@ -12,7 +12,9 @@ from typing import Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from citerag.trace.setup import OPERATION, span_id_hex, trace_id_hex
+from citerag.trace.setup import OPERATION, TraceExists, span_id_hex, trace_id_hex
+
+__all__ = ["TraceExists", "TraceRow", "TraceStore", "span_json", "trace_row"]
 
 
 class TraceStore(Protocol):
@@ -22,7 +24,9 @@ class TraceStore(Protocol):
 
     def write(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
               texts: dict[str, str] | None = None) -> str:
-        """Keep one operation's trace (its root span last); the oldest beyond `keep` are dropped. Returns its id."""
+        """Keep one operation's trace (its root span last); the oldest beyond `keep` are dropped. Returns its id.
+        Raises TraceExists, keeping nothing, when a trace is already kept under its id: kept traces are never
+        overwritten."""
         ...
 
     def get(self, trace_id: str) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ when it ends, the Collector gives its trace's spans to the sink set for the runn
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import logging
 import threading
@@ -29,15 +30,22 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from citerag.errors import first_line
+from citerag.errors import CiteragError, first_line
 
 log = logging.getLogger("citerag")
 tracer = trace.get_tracer("citerag")  # a proxy until a provider is set: stages need no set-up to run
 OPERATION = "citerag.operation"
+# The span a request's caller sent in its `traceparent` (see request_span): kept in the request's context, so that
+# each operation it runs names the caller in its attributes.
+_CALLER = otel_context.create_key("citerag.caller")
 
 # Receives the spans of one finished operation (its root last).
 Sink = Callable[[Sequence[ReadableSpan]], None]
 _sink: ContextVar[Sink | None] = ContextVar("citerag_trace_sink", default=None)
+
+
+class TraceExists(CiteragError):
+    """A trace store already keeps a trace under this id: kept traces are never overwritten."""
 
 
 class Collector(SpanProcessor):
@@ -69,6 +77,8 @@ class Collector(SpanProcessor):
         if is_operation and write is not None:
             try:
                 write(spans)
+            except TraceExists as exc:  # not a fault of the store: a second operation in one trace
+                log.warning("trace %s not kept: %s", trace_id_hex(ctx.trace_id), exc)
             except Exception as exc:  # a trace that cannot be kept must never fail the query it describes
                 # The cause in the line itself: the CLI shows a warning's message only (a full or read-only disk).
                 log.warning("trace %s not kept (%s)", trace_id_hex(ctx.trace_id), first_line(exc), exc_info=True)
@@ -137,28 +147,42 @@ def sink(write: Sink | None) -> Iterator[None]:
 
 
 def traced_events(span: trace.Span, events: Iterator[Any], write: Sink | None) -> Iterator[Any]:
-    """Run a generator of events with `span` current while it computes each one, never across a yield (a
-    streamed answer is resumed from another thread, in another context), and end the span when it ends."""
-    ctx = trace.set_span_in_context(span)
+    """Run a generator of events with `span` current while it computes each one, and end the span when it ends.
+
+    Every step runs in one Context of the stream's own, copied here: a streamed answer is resumed from a thread
+    pool (each step in a fresh copy of the caller's Context) and closed from yet another when its client leaves,
+    while a stage may attach its span in one step and detach it in the next (a span around a yield), which only
+    works when both are the same Context. A stream closed before its end is marked `citerag.abandoned`."""
+    context = contextvars.copy_context()
+    context.run(otel_context.attach, trace.set_span_in_context(span))  # never detached: the Context is discarded
+    return _steps(context, span, events, write)
+
+
+def _steps(context: contextvars.Context, span: trace.Span, events: Iterator[Any], write: Sink | None
+           ) -> Iterator[Any]:
     try:
         while True:
-            token = otel_context.attach(ctx)
             try:
-                event = next(events)
+                event = context.run(next, events)
             except StopIteration:
                 return
             except BaseException as exc:
                 span.record_exception(exc)
                 span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
                 raise
-            finally:
-                otel_context.detach(token)
-            yield event
+            try:
+                yield event
+            except GeneratorExit:  # the consumer left early (a client hung up): expected, not an error
+                span.set_attribute("citerag.abandoned", True)
+                log.debug("stream of trace %s abandoned", current_trace_id(span))
+                raise
     finally:
-        close = getattr(events, "close", None)  # a generator left early (a client gone) runs its cleanup
-        if callable(close):
-            close()
-        end(span, write)
+        try:
+            close = getattr(events, "close", None)  # runs the generator's cleanup (a model call stops) now
+            if callable(close):
+                context.run(close)
+        finally:
+            end(span, write)
 
 
 def end(span: trace.Span, write: Sink | None) -> None:
@@ -199,12 +223,38 @@ def hit_attributes(prefix: str, hits: Sequence[Any]) -> dict[str, Any]:
             f"{prefix}.distances": [round(float(h.cosine_distance), 6) for h in hits]}
 
 
+def caller_attributes() -> dict[str, str]:
+    """The attributes naming the span a request's caller sent (its `traceparent`), {} when none came: what an
+    operation records so that an operator can find the caller's trace from a kept one."""
+    caller = otel_context.get_value(_CALLER)
+    if not isinstance(caller, trace.SpanContext):
+        return {}
+    return {"citerag.caller.trace_id": trace_id_hex(caller.trace_id),
+            "citerag.caller.span_id": span_id_hex(caller.span_id)}
+
+
 @contextmanager
 def request_span(method: str, path: str, headers: Any) -> Iterator[str | None]:
-    """An HTTP request's span, continuing the W3C `traceparent` that came in; yields its trace id (None when
-    the request is not traced). The operations the request runs become its children, in its trace."""
+    """An HTTP request's span, the root of a new trace; yields its trace id (None when the request is not traced).
+    The operations the request runs become its children, in its trace.
+
+    A W3C `traceparent` that came in never chooses the trace id (a client could then name another request's kept
+    trace, or another collection's): the caller's span is linked (the OpenTelemetry way to relate traces, what an
+    OTLP collector joins on) and named in attributes (caller_attributes), never made the parent. A span current
+    around the request (a host application's own instrumentation, itself continuing the header) is linked too."""
     from opentelemetry.propagate import extract
 
-    parent = extract(dict(headers.items()))
-    with tracer.start_as_current_span(f"{method} {path}", context=parent, kind=trace.SpanKind.SERVER) as span:
-        yield current_trace_id(span)
+    incoming = trace.get_current_span(extract(dict(headers.items()))).get_span_context()
+    ambient = trace.get_current_span().get_span_context()
+    callers = [c for c in (incoming, ambient) if c.is_valid]
+    links = [trace.Link(c) for i, c in enumerate(callers) if c not in callers[:i]]
+    context = otel_context.Context()  # no parent, no baggage: nothing of the client's shapes the trace
+    if incoming.is_valid:
+        context = otel_context.set_value(_CALLER, incoming, context)
+    token = otel_context.attach(context)  # current, not only the parent: the operations read the caller from it
+    try:
+        with tracer.start_as_current_span(f"{method} {path}", kind=trace.SpanKind.SERVER, links=links,
+                                          attributes=caller_attributes()) as span:
+            yield current_trace_id(span)
+    finally:
+        otel_context.detach(token)

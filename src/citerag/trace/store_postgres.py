@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.store.pg_migrate import migrate
-from citerag.trace.base import trace_row
+from citerag.trace.base import TraceExists, trace_row
 
 try:
     import psycopg
@@ -92,12 +92,13 @@ class PostgresTraceStore:
             collection_id = self._collection_id(conn)
             if collection_id is None:
                 return row.trace_id
-            # Written again (the same trace id): it becomes the newest, as SQLite's INSERT OR REPLACE makes it.
-            conn.execute(
+            # Insert only: a kept trace is never replaced (nor made the newest) by a later one under its id.
+            added = conn.execute(
                 "INSERT INTO traces (collection_id, trace_id, operation, started, record)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id, trace_id) DO UPDATE SET seq = DEFAULT,"
-                " operation = EXCLUDED.operation, started = EXCLUDED.started, record = EXCLUDED.record",
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id, trace_id) DO NOTHING",
                 (collection_id, row.trace_id, row.operation, row.started, Jsonb(_no_nul(row.record))))
+            if added.rowcount == 0:
+                raise TraceExists(f"trace {row.trace_id} is already kept")
             locked = conn.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", (_PRUNE_LOCK, collection_id)).fetchone()
             if locked and locked[0]:
                 # The keep-th newest row's seq bounds what stays (seq is shared by every collection: not a count).

@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from citerag.trace.base import trace_row
+from citerag.trace.base import TraceExists, trace_row
 
 FILE_NAME = "traces.sqlite3"
 _SCHEMA = """
@@ -38,11 +38,20 @@ class SqliteTraceStore:
     def write(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
               texts: dict[str, str] | None = None) -> str:
         row = trace_row(spans, options, collection, texts)
-        with self._lock, self._connect() as db:
-            db.execute("INSERT OR REPLACE INTO traces (trace_id, operation, started, record) VALUES (?, ?, ?, ?)",
-                       (row.trace_id, row.operation, row.started, json.dumps(row.record, ensure_ascii=False)))
-            db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?", (self.keep,))
-        db.close()
+        with self._lock:
+            db = self._connect()
+            try:
+                with db:  # one transaction: the row and the pruning
+                    # Insert only: a kept trace is never replaced (nor made the newest) by a later one under its id.
+                    added = db.execute(
+                        "INSERT INTO traces (trace_id, operation, started, record) VALUES (?, ?, ?, ?)"
+                        " ON CONFLICT (trace_id) DO NOTHING",
+                        (row.trace_id, row.operation, row.started, json.dumps(row.record, ensure_ascii=False)))
+                    if added.rowcount == 0:
+                        raise TraceExists(f"trace {row.trace_id} is already kept")
+                    db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?", (self.keep,))
+            finally:
+                db.close()
         return row.trace_id
 
     def get(self, trace_id: str) -> dict[str, Any] | None:

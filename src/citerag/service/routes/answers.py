@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 
 from citerag.app.models import AskOptions, SearchOptions, check_text
 from citerag.errors import CiteragError
@@ -49,10 +50,24 @@ def ask(request: AskRequest, collection: Readable) -> dict[str, Any] | EventSour
         answer = collection.ask(question, options)
         observe_answer(collection, answer)
         return answer_json(collection.name, answer)
-    events = observe_events(collection, collection.ask_events(question, options))
+    answer_events = collection.ask_events(question, options)
+    events = observe_events(collection, answer_events)
     # The retrieval runs before the response starts, so that an empty collection is a 409 like the JSON answer.
     first = next(events)
-    return EventSourceResponse(_stream(collection.name, first, events), ping=15)
+    body = _stream(collection.name, first, events)
+    return EventSourceResponse(body, ping=15, background=BackgroundTask(_close, body, events, answer_events))
+
+
+def _close(*streams: Iterator[Any]) -> None:
+    """Close a streamed answer's generators, outermost first, once its response has ended. A client that hung up
+    only stops sse_starlette iterating them (it cancels the task, it does not close a sync iterator), and a
+    generator left to the garbage collector ends whenever and wherever that runs; closed here, the answer's trace
+    ends now (marked abandoned when it had not finished) and a model still writing is stopped. Closing a
+    generator that already ended does nothing."""
+    for stream in streams:
+        close = getattr(stream, "close", None)
+        if callable(close):
+            close()
 
 
 def _stream(name: str, first: tuple[str, Any], events: Iterator[tuple[str, Any]]) -> Iterator[dict[str, str]]:
