@@ -1,15 +1,18 @@
-"""Real HTTP servers on loopback for the generator tests: a scripted stdlib server and llama-cpp-python's."""
+"""Real HTTP servers on loopback: a scripted stdlib server and llama-cpp-python's for the generator tests, and
+`citerag serve` itself."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -111,6 +114,30 @@ def wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path | None = 
             tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
             raise RuntimeError(f"the server at {url} did not start: {tail}")
         time.sleep(0.2)
+
+
+@contextmanager
+def citerag_serve(home: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A real `citerag serve --index HOME ARGS` on a free loopback port (uvicorn with citerag's guarded protocol,
+    as users run it); its URL once healthy, stopped with SIGINT after."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "citerag.cli", "serve", "--index", str(home), "--port",
+                                str(port), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, process)
+    except RuntimeError:
+        process.kill()
+        raise AssertionError(f"citerag serve did not start: {process.stderr.read()!r}") from None  # type: ignore[union-attr]
+    try:
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class LlamaServer:

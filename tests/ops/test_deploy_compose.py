@@ -6,6 +6,7 @@ from exist; the load balancer's upstreams are its API services; the benchmark's 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import subprocess
@@ -66,10 +67,15 @@ def test_the_compose_file_has_the_services_the_page_describes() -> None:
     # A hot standby refuses to start with smaller sizing than its primary's: both get the same flags.
     assert services["postgres"]["command"] == services["postgres-replica"]["command"]
     assert "max_connections=300" in services["postgres"]["command"]
+    # The API processes trust proxy headers from the balancer's fixed address only, inside the file's own subnet.
+    lb_address = services["lb"]["networks"]["default"]["ipv4_address"]
+    subnet = compose()["networks"]["default"]["ipam"]["config"][0]["subnet"]
+    assert ipaddress.ip_address(lb_address) in ipaddress.ip_network(subnet)
     for name in ("api-1", "api-2"):
         # Both API processes count requests per key against one budget, in the Redis they share.
         assert services[name]["command"] == ["citerag", "serve", "--host", "0.0.0.0", "--port", "8000",
-                                             "--rate-limit-storage", "redis://redis:6379/1"]
+                                             "--rate-limit-storage", "redis://redis:6379/1",
+                                             "--forwarded-allow-ips", lb_address]
     assert services["worker"]["command"][:2] == ["citerag", "worker"]
     assert services["worker"]["deploy"]["replicas"] >= 2
     for name in CITERAG_SERVICES:

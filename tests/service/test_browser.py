@@ -121,16 +121,17 @@ def watched(browser: Browser, deployment: Deployment) -> Iterator[Watched]:
 
 
 def _sign_in(page: Page, key: str, collection: str) -> None:
-    """Through the page's key form (the key becomes an HttpOnly session cookie), then pick the collection."""
+    """Through the page's key form (the key opens a session, in an HttpOnly cookie), then pick the collection."""
     page.goto("/")
     expect(page.locator("#key-form")).to_be_visible()
     page.fill("#key", key)
     page.click("#key-submit")
     expect(page.locator("#app")).to_be_visible()
     expect(page.locator("#key-form")).to_be_hidden()
-    [cookie] = [c for c in page.context.cookies() if c["name"] == "citerag_key"]
-    assert cookie["value"] == key and cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
-    assert "citerag_key" not in page.evaluate("() => document.cookie")  # out of the page's scripts' reach
+    [cookie] = [c for c in page.context.cookies() if c["name"] == "citerag_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
+    assert key not in cookie["value"] and cookie["value"].startswith("crs_"), "a session reference, not the key"
+    assert "citerag_session" not in page.evaluate("() => document.cookie")  # out of the page's scripts' reach
     page.wait_for_selector(f"#collection option[value='{collection}']", state="attached")
     page.select_option("#collection", collection)
     expect(page.locator("#documents tbody tr").first).to_be_visible()

@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -33,12 +34,15 @@ from citerag.types import Citation
 @dataclass
 class Backend:
     """One key-store backend under test: `open()` is a new store on the same keys (as another process or machine
-    opens them), `rows()` what the database holds."""
+    opens them), `rows()` what the database holds, `sql(statement)` a statement run on it directly (rows back),
+    `sessions` the name of its sessions table."""
 
     name: str
     open: Callable[[], KeyStore]
     rows: Callable[[], list[tuple[Any, ...]]]
     settings: Settings
+    sql: Callable[[str], list[tuple[Any, ...]]]
+    sessions: str
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -47,23 +51,34 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     if request.param == "sqlite":
         settings = Settings(index_dir=tmp_path)
 
+        def sql(statement: str) -> list[tuple[Any, ...]]:
+            with closing(sqlite3.connect(tmp_path / KEYS_FILE)) as db, db:
+                return db.execute(statement).fetchall()
+
         def rows() -> list[tuple[Any, ...]]:
             return sqlite3.connect(tmp_path / KEYS_FILE).execute("SELECT * FROM keys").fetchall()
+        sessions = "sessions"
     else:
         import psycopg
 
         url = request.getfixturevalue("pg_url")
         settings = Settings(index_dir=tmp_path, store_url=url)
 
+        def sql(statement: str) -> list[tuple[Any, ...]]:
+            with psycopg.connect(url) as conn:
+                cursor = conn.execute(statement)
+                return cursor.fetchall() if cursor.description else []
+
         def rows() -> list[tuple[Any, ...]]:
             with psycopg.connect(url) as conn:
                 return conn.execute("SELECT * FROM api_keys").fetchall()
+        sessions = "api_sessions"
 
     def open_store() -> KeyStore:
         opened.append(open_backend(settings).key_store(settings))
         return opened[-1]
 
-    yield Backend(request.param, open_store, rows, settings)
+    yield Backend(request.param, open_store, rows, settings, sql, sessions)
     for store in opened:
         store.close()
 
@@ -129,6 +144,54 @@ def test_a_key_is_compared_in_constant_time_even_when_no_key_has_its_prefix(back
     assert keys.verify("not a key") is None
     assert keys.verify(token) is not None
     assert len(compared) == 3 and all(len(a) == len(b) == 64 for a, b in compared)
+
+
+def test_a_session_is_stored_as_a_hash_bound_to_its_key_and_shared_by_every_store(backend: Backend) -> None:
+    first, second = backend.open(), backend.open()
+    key = first.create("team", "write")
+    session = first.start_session(key, 3600)
+    assert session is not None and session.startswith("crs_") and key not in session
+    stored = backend.sql(f"SELECT * FROM {backend.sessions}")
+    assert len(stored) == 1 and session not in repr(stored) and key not in repr(stored)
+    assert hashlib.sha256(session.encode()).hexdigest() in repr(stored)
+    assert hashlib.sha256(key.encode()).hexdigest() in repr(stored)  # bound to this key, not just its prefix
+    assert second.verify_session(session) == first.verify(key) == keystore.Principal(key.split("_")[1], "team",
+                                                                                     "write")
+    assert second.verify_session(session[:-1] + ("A" if session[-1] != "A" else "B")) is None
+    assert [second.verify_session(t) for t in (key, "crs_", "crs_guess", "", "not a session")] == [None] * 5
+    assert first.start_session("crk_00000000_guess", 3600) is None and first.start_session("", 3600) is None
+    assert len(backend.sql(f"SELECT * FROM {backend.sessions}")) == 1  # a failed sign-in stores nothing
+    assert second.end_session(session) and first.verify_session(session) is None  # logout: ended everywhere
+    assert not second.end_session(session) and not second.end_session("crs_guess")
+    assert first.verify(key) is not None  # logging out ends the session, not the key
+
+
+def test_a_session_expires_and_ends_with_its_key_or_its_collection(backend: Backend) -> None:
+    keys = backend.open()
+    brief = keys.start_session(keys.create("team", "read"), 0.3)
+    assert brief is not None and keys.verify_session(brief) is not None
+    time.sleep(0.4)
+    assert keys.verify_session(brief) is None
+    key, kept_key = keys.create("team", "write"), keys.create("other", "read")
+    one, two, kept = keys.start_session(key, 3600), keys.start_session(key, 3600), keys.start_session(kept_key, 3600)
+    assert one and two and kept and len({one, two}) == 2  # each sign-in its own session
+    assert keys.revoke(key.split("_")[1])
+    assert keys.verify_session(one) is None and keys.verify_session(two) is None
+    assert keys.start_session(key, 3600) is None  # a revoked key opens no new one
+    in_team = keys.start_session(keys.create("team", "admin"), 3600)
+    assert in_team is not None and keys.revoke_collection("team") == 2
+    assert keys.verify_session(in_team) is None and keys.verify_session(kept) is not None
+    # Nothing of an ended or expired session is left behind (the expired one is swept by the next sign-in).
+    assert len(backend.sql(f"SELECT * FROM {backend.sessions}")) == 1
+
+
+def test_a_key_store_written_before_sessions_gets_their_table_on_open(backend: Backend) -> None:
+    key = backend.open().create("team", "read")  # as an older citerag left the database: keys, no sessions
+    backend.sql(f"DROP TABLE {backend.sessions}")
+    keys = backend.open()
+    assert keys.verify(key) is not None
+    session = keys.start_session(key, 3600)
+    assert session is not None and keys.verify_session(session) is not None
 
 
 def test_the_home_store_chooses_where_keys_live(backend: Backend, tmp_path: Path) -> None:

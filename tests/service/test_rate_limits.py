@@ -50,6 +50,7 @@ def test_every_api_process_counts_against_one_budget_in_redis(tmp_path: Path, re
 @pytest.mark.parametrize(("args", "message"), [
     (["--rate-limit", "3/fortnight"], "--rate-limit '3/fortnight': expected N/second"),
     (["--rate-limit-storage", "redis://127.0.0.1:1/0"], "cannot reach it"),
+    (["--forwarded-allow-ips", "10.0.0.5,proxy.local"], "'proxy.local' is not an address or network"),
 ])
 def test_a_wrong_rate_limit_is_one_line_before_anything_starts(tmp_path: Path, args: list[str], message: str,
                                                                 capsys: pytest.CaptureFixture[str],

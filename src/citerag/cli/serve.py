@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from citerag.app.home import open_catalog
+from citerag.app.home import check_collection_name, open_catalog
 from citerag.cli.options import index_option
 from citerag.errors import CiteragError
 from citerag.settings import Settings, load_settings
@@ -33,12 +33,16 @@ if TYPE_CHECKING:
 @click.option("--rate-limit-storage", default="memory://", show_default=True, metavar="URL",
               help="Where the counts live: memory:// (this process) or redis://HOST:PORT/DB (shared by every "
                    "API process).")
+@click.option("--forwarded-allow-ips", default=None, metavar="ADDRESSES",
+              help="Proxies (comma-separated addresses or networks, or *) whose X-Forwarded-For and "
+                   "X-Forwarded-Proto are believed: the client address the rate limit counts and the scheme. "
+                   "Default: none, whatever FORWARDED_ALLOW_IPS says.")
 @click.option("--client-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
               metavar="SECONDS", help="A request's head must arrive whole within it and its body may not pause "
                                       "longer; slower clients are cut off.")
 def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_upload_mb: float,
                   metrics_token_env: str | None, rate_limit: str, rate_limit_storage: str,
-                  client_timeout: float) -> None:
+                  client_timeout: float, forwarded_allow_ips: str | None) -> None:
     """Serve the API (/v1, OpenAPI at /docs), the web page (/) and Prometheus metrics (/metrics) with uvicorn."""
     from citerag.service import server
     from citerag.service.app import create_app
@@ -52,7 +56,8 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
                                "or empty")
     config = ServiceConfig(host=host, port=port, keys_required=not no_keys, max_upload_mb=max_upload_mb,
                            metrics_token=metrics_token, rate_limit=rate_limit,
-                           rate_limit_storage=rate_limit_storage, client_timeout_s=client_timeout)
+                           rate_limit_storage=rate_limit_storage, client_timeout_s=client_timeout,
+                           forwarded_allow_ips=forwarded_allow_ips)
     config.check()  # before anything loads: binding beyond loopback without keys is refused
     settings = load_settings(index)
     app = create_app(settings, config)
@@ -60,7 +65,7 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
                + ("  (no keys: loopback only)" if no_keys else ""), err=True)
     if not no_keys and not _keys(settings):
         click.echo("no API keys yet: create one with `citerag keys create --scope admin`", err=True)
-    server.run(app, host, port, client_timeout)
+    server.run(app, host, port, client_timeout, config.forwarded_allow_ips)
 
 
 @click.group("keys")
@@ -76,6 +81,7 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
     """Print a new key (once): read = search and ask; write = also upload, replace, delete; admin = all."""
     settings = load_settings(index)
     if collection is not None:
+        check_collection_name(collection)  # one line naming the rule, before the name reaches the catalog
         with closing(open_catalog(settings)) as catalog:
             if not catalog.exists(collection):
                 raise CiteragError(f"no collection {collection!r} in {_home(settings)} "

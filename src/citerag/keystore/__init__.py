@@ -21,15 +21,19 @@ from citerag.keystore.base import (
     LOCAL,
     PREFIX,
     SCOPES,
+    SESSION_PREFIX,
     KeyInfo,
     KeyStore,
     NewKey,
+    NewSession,
     Principal,
     check,
     digest,
     new_key,
+    new_session,
+    session_digest,
     token_prefix,
 )
 
-__all__ = ["LOCAL", "PREFIX", "SCOPES", "KeyInfo", "KeyStore", "NewKey", "Principal", "check", "digest", "new_key",
-           "token_prefix"]
+__all__ = ["LOCAL", "PREFIX", "SCOPES", "SESSION_PREFIX", "KeyInfo", "KeyStore", "NewKey", "NewSession", "Principal",
+           "check", "digest", "new_key", "new_session", "session_digest", "token_prefix"]

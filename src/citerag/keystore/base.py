@@ -1,6 +1,7 @@
 """What every API key store shares: the token format (`crk_<prefix>_<secret>`), the hash, the scope rules and the
-constant-time check, and the KeyStore protocol. The backends (citerag.keystore.sqlite, citerag.keystore.postgres)
-import this module, never the package, so that the package's wrapper can name them without a circle.
+constant-time check, the browser sessions' tokens (`crs_<secret>`), and the KeyStore protocol. The backends
+(citerag.keystore.sqlite, citerag.keystore.postgres) import this module, never the package, so that the package's
+wrapper can name them without a circle.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -16,6 +18,7 @@ from citerag.errors import CiteragError
 
 SCOPES = ("read", "write", "admin")
 PREFIX = "crk_"
+SESSION_PREFIX = "crs_"
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,19 @@ class KeyStore(Protocol):
         """The key's principal, or None for anything that is not a live key."""
         ...
 
+    def start_session(self, key: str, ttl_s: float) -> str | None:
+        """A new browser session for the live key `key`, returned once (only its hash is kept), ending after
+        `ttl_s` seconds, or when it is ended or the key revoked; None when `key` is not a live key."""
+        ...
+
+    def verify_session(self, token: str) -> Principal | None:
+        """The principal of the session's key, or None for anything that is not a live session of a live key."""
+        ...
+
+    def end_session(self, token: str) -> bool:
+        """End one session (logout); False when there was none."""
+        ...
+
     def close(self) -> None:
         """Release connections (a no-op where there are none)."""
         ...
@@ -120,3 +136,32 @@ def check(token: str, row: tuple[str, str | None, str] | None) -> Principal | No
         return Principal(token_prefix(token), row[1], row[2])
     return None
 
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session about to be stored: the token (the cookie's value, never stored) and the row a backend stores.
+    `key_digest` binds it to one key, not to a prefix a later key could reuse."""
+
+    token: str
+    digest: str
+    prefix: str
+    key_digest: str
+    created_at: str
+    expires_at: float  # seconds since the epoch
+
+
+def new_session(key: str, ttl_s: float) -> NewSession:
+    """A random session token for `key` (already verified by the caller); the caller stores everything but `token`.
+    256 random bits: a session is looked up by its hash, which tells a guesser nothing (see `session_digest`)."""
+    token = f"{SESSION_PREFIX}{secrets.token_urlsafe(32)}"
+    now = time.time()
+    return NewSession(token, digest(token), token_prefix(key), digest(key),
+                      datetime.now(UTC).isoformat(timespec="seconds"), now + ttl_s)
+
+
+def session_digest(token: str) -> str | None:
+    """What a session is stored and looked up under (None for anything not shaped like a session token). Looking a
+    random token up by its SHA-256 in an index leaks no more than a constant-time compare: the timing depends on
+    the hash, which the guesser cannot steer towards a stored one."""
+    return digest(token) if token.startswith(SESSION_PREFIX) and len(token) > len(SESSION_PREFIX) else None

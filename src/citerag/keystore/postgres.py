@@ -4,17 +4,22 @@ See citerag.keystore.base for the format and the checks, which are the SQLite ba
 
 Every read goes to the primary (store_url), never to a replica: a revoked key must stop working everywhere at
 once, not after the replica's lag.
+
+Browser sessions (citerag.keystore.base) live in `api_sessions`, created on open when missing. Not a numbered
+migration (citerag.store.pg_schema): the table belongs to this store alone, and `CREATE TABLE IF NOT EXISTS` under
+an advisory lock brings a database an older citerag set up to it on its first use, as the migrations do.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.keystore.base import KeyInfo, Principal, check, new_key, token_prefix
+from citerag.keystore.base import KeyInfo, Principal, check, new_key, new_session, session_digest, token_prefix
 from citerag.store.pg_migrate import migrate
 
 try:
@@ -25,6 +30,13 @@ except ImportError as exc:  # the [postgres] extra is optional
 
 POOL_SIZE = 4  # every request checks a key: a few connections per process, not one per request
 CONNECT_TIMEOUT_S = 10
+_SESSIONS_LOCK = 0x63697465726173  # "citeras": concurrent first opens (N API processes) create the table once
+SESSIONS_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS api_sessions (digest TEXT PRIMARY KEY,"
+    " prefix TEXT NOT NULL REFERENCES api_keys(prefix) ON DELETE CASCADE, key_digest TEXT NOT NULL,"
+    " created_at TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS api_sessions_by_prefix ON api_sessions (prefix)",
+)
 
 
 class PostgresKeyStore:
@@ -40,6 +52,10 @@ class PostgresKeyStore:
             if self._pool is None:
                 with psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
                     migrate(conn)
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SESSIONS_LOCK,))
+                        for statement in SESSIONS_SCHEMA:
+                            conn.execute(statement)
                 self._pool = ConnectionPool(self.url, min_size=1, max_size=POOL_SIZE, open=True,
                                             name="citerag-keys", timeout=CONNECT_TIMEOUT_S,
                                             kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "autocommit": True})
@@ -70,7 +86,7 @@ class PostgresKeyStore:
         return [KeyInfo(*row) for row in rows]
 
     def revoke(self, prefix: str) -> bool:
-        with self._transaction() as conn:
+        with self._transaction() as conn:  # its sessions go with it (ON DELETE CASCADE)
             return conn.execute("DELETE FROM api_keys WHERE prefix = %s", (prefix,)).rowcount > 0
 
     def revoke_collection(self, collection: str) -> int:
@@ -85,6 +101,37 @@ class PostgresKeyStore:
                 row = conn.execute("SELECT digest, collection, scope FROM api_keys WHERE prefix = %s",
                                    (prefix,)).fetchone()
         return check(token, row)
+
+    def start_session(self, key: str, ttl_s: float) -> str | None:
+        if self.verify(key) is None:
+            return None
+        session = new_session(key, ttl_s)
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM api_sessions WHERE expires_at <= %s", (time.time(),))  # expired ones, swept
+            # Inserted only while the key still exists: a revoke between the check and here leaves no session.
+            inserted = conn.execute(
+                "INSERT INTO api_sessions (digest, prefix, key_digest, created_at, expires_at)"
+                " SELECT %s, prefix, digest, %s, %s FROM api_keys WHERE prefix = %s AND digest = %s",
+                (session.digest, session.created_at, session.expires_at, session.prefix, session.key_digest))
+            return session.token if inserted.rowcount == 1 else None
+
+    def verify_session(self, token: str) -> Principal | None:
+        found = session_digest(token)
+        if found is None:
+            return None
+        with self._transaction() as conn:
+            # Joined to its key (prefix and hash): another key under a reused prefix opens no old session.
+            row = conn.execute("SELECT s.prefix, k.collection, k.scope FROM api_sessions s JOIN api_keys k"
+                               " ON k.prefix = s.prefix AND k.digest = s.key_digest"
+                               " WHERE s.digest = %s AND s.expires_at > %s", (found, time.time())).fetchone()
+        return Principal(*row) if row is not None else None
+
+    def end_session(self, token: str) -> bool:
+        found = session_digest(token)
+        if found is None:
+            return False
+        with self._transaction() as conn:
+            return conn.execute("DELETE FROM api_sessions WHERE digest = %s", (found,)).rowcount > 0
 
     def close(self) -> None:
         with self._lock:

@@ -7,6 +7,13 @@ level, citation checks) and what the stores hold (documents by status) is read b
 
 Labels are bounded: a route *template* (never a path with ids), a method, a status class, a stage, a collection
 name (created by an admin), an outcome. No question, query or document text ever reaches a label or a value.
+
+Collection names are shown only to the metrics token's holder. The API hides a collection from a key that may not
+see it (a 404, as if it did not exist), so an open /metrics must not list them: without a configured token
+(`ServiceConfig.metrics_token`), a scrape gets every series that has a `collection` label summed over the
+collections, the label dropped (`citerag_documents{status="indexed"}` over the whole server); with one, the scrape
+that presents it gets them per collection (chosen over aggregates for everyone: an operator who wants the
+dashboard's per-collection panel sets the token, which Prometheus then sends).
 """
 
 from __future__ import annotations
@@ -89,9 +96,16 @@ class Metrics:
             if stage in STAGES:  # a stage added to the core later is not a new label until it is listed here
                 self.stages.labels(operation, stage).observe(seconds)
 
-    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+    def exposition(self, accept: str | None, per_collection: bool = True) -> tuple[bytes, str]:
+        """The scrape's body; `per_collection` False: series summed over collections, no collection named."""
         encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        return encoder(self.registry if per_collection else self._aggregated), content_type
+
+    @property
+    def _aggregated(self) -> CollectorRegistry:
+        view = CollectorRegistry(auto_describe=False)
+        view.register(_WithoutCollections(self.registry))
+        return view
 
 
 def for_core(core: Shared) -> Metrics | None:
@@ -191,6 +205,33 @@ _CITATION_HELP = {
 }
 
 
+class _WithoutCollections(Collector):
+    """A registry's metrics with the `collection` label summed away: what an open /metrics shows. Generic, so a
+    labelled series added later cannot leak names by being forgotten here."""
+
+    LABEL = "collection"
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.registry.collect():
+            if not any(self.LABEL in sample.labels for sample in family.samples):
+                yield family
+                continue
+            summed: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for sample in family.samples:
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != self.LABEL))
+                summed[(sample.name, labels)] = summed.get((sample.name, labels), 0.0) + sample.value
+            aggregate = Metric(family.name, family.documentation, family.type, family.unit)
+            for (name, labels), total in summed.items():
+                aggregate.add_sample(name, dict(labels), total)
+            yield aggregate
+
+
 def _items(counter: dict[tuple[str, str], int]) -> list[tuple[tuple[str, str], int]]:
     # The core's Counter is written by request threads without a lock; a copy made while a new key appears
     # raises RuntimeError, so try again (a key appears once per level and result).
@@ -241,12 +282,14 @@ router = APIRouter()
 
 @router.get("/metrics", include_in_schema=False)
 def metrics_endpoint(request: Request) -> Response:
-    """Open without a configured token (nothing here is document text); else `Authorization: Bearer TOKEN`."""
+    """Open without a configured token (nothing here is document text, and no collection is named: see the module's
+    docstring); else `Authorization: Bearer TOKEN`, and per collection."""
     token = request.app.state.service.config.metrics_token
     if token is not None:
         presented = request.headers.get("authorization", "")
         scheme, _, value = presented.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
             raise ApiError(401, "the metrics need the metrics token: Authorization: Bearer TOKEN")
-    body, content_type = request.app.state.metrics.exposition(request.headers.get("accept"))
+    body, content_type = request.app.state.metrics.exposition(request.headers.get("accept"),
+                                                              per_collection=token is not None)
     return Response(body, media_type=content_type)

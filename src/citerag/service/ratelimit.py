@@ -1,7 +1,9 @@
 """Requests per API key per window, with the `limits` library: a moving window in this process's memory, or in
 Redis (`--rate-limit-storage redis://...`) so that every API process behind one balancer counts against the same
 budget. A request over the budget is a 429 with Retry-After; one that presents no valid key is counted against
-its client address, so guessing keys is throttled too."""
+its client address, so guessing keys is throttled too, on the session routes as everywhere (citerag.service.auth
+`limit`). The address is the connection's peer: a proxy's X-Forwarded-For counts only from the proxies
+`--forwarded-allow-ips` names (citerag.service.server.run), or a forged header would buy a fresh budget."""
 
 from __future__ import annotations
 

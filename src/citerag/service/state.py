@@ -27,13 +27,35 @@ class ServiceConfig:
     rate_limit_storage: str = "memory://"  # or redis://HOST:PORT/DB, shared by every API process
     # A request head must arrive whole within this, and a body may not pause longer (citerag.service.server).
     client_timeout_s: float = 30.0
+    # A browser session (the page's sign-in cookie) ends this long after it began, at the latest: a working day,
+    # so a cookie left in a shared browser does not open the collection for days.
+    session_ttl_s: float = 12 * 3600.0
+    # Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed ("10.0.0.5,10.0.0.6", CIDR ranges, or "*"),
+    # passed to uvicorn by citerag.service.server.run. None: none is, whatever uvicorn's FORWARDED_ALLOW_IPS says,
+    # since a header anyone can send would otherwise pick the address the rate limit counts against.
+    forwarded_allow_ips: str | None = None
 
     def check(self) -> None:
         if self.rate_limit is not None and self.rate_limit.strip().lower() not in OFF:
             parse_rate(self.rate_limit)  # a wrong rate is refused before anything loads
+        if self.forwarded_allow_ips is not None:
+            check_proxies(self.forwarded_allow_ips)
         if not self.keys_required and not is_loopback(self.host):
             raise CiteragError(f"--no-keys serves every collection to anyone who can reach {self.host}: "
                                "it is allowed only on a loopback address (127.0.0.1, ::1)")
+
+
+def check_proxies(value: str) -> None:
+    """`--forwarded-allow-ips`: "*" or comma-separated addresses and networks. uvicorn would take a typo for a
+    literal that never matches, and the proxy's clients would then silently share its one address's budget."""
+    items = [item.strip() for item in value.split(",")]
+    for item in items:
+        try:
+            if item != "*":
+                ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise CiteragError(f"--forwarded-allow-ips {value!r}: {item!r} is not an address or network "
+                               "(expected e.g. 10.0.0.5,10.1.0.0/16 or *)") from None
 
 
 def is_loopback(host: str) -> bool:
