@@ -191,7 +191,8 @@ def test_failed_document_keeps_its_reason_and_retry_runs_again(deployment: Deplo
     ("post", "/v1/collections/default/ask", {"json": {"question": "x", "treshold": 0.5}}, "treshold"),
     ("post", "/v1/collections/default/ask", {"json": {"question": "   "}}, "question"),
     ("post", "/v1/collections/default/ask", {"content": b"{not json", "headers": {"content-type": "application/json"}},
-     None),
+     "body"),  # the body as a whole (pydantic's loc is a character offset, never a field)
+    ("post", "/v1/collections/default/ask", {"json": {"question": "x", "stream": "yes"}}, "stream"),
     ("post", "/v1/collections/default/search", {"json": {}}, "query"),
     ("post", "/v1/collections/default/documents", {"data": {"x": "1"}}, "files"),
     ("post", "/v1/collections/default/documents", {"files": [("files", ("", b"x"))]}, "files"),
@@ -234,7 +235,8 @@ def test_keys_scopes_and_trace_ids(deployment: Deployment) -> None:
         assert anonymous.get("/healthz").status_code == 200
         trace = "0af7651916cd43dd8448eb211c80319c"
         echoed = anonymous.get("/healthz", headers={"traceparent": f"00-{trace}-b7ad6b7169203331-01"})
-        assert echoed.headers["x-trace-id"] == trace
+        # The server makes every trace id: an incoming traceparent is linked, never continued (docs/security.md).
+        assert re.fullmatch(r"[0-9a-f]{32}", echoed.headers["x-trace-id"]) and echoed.headers["x-trace-id"] != trace
         assert "default-src 'self'" in anonymous.get("/").headers["content-security-policy"]
     with deployment.server.client(deployment.reader_a) as c:
         assert c.post("/v1/collections/default/documents", files=[("files", ("a.md", b"# a\n\nb\n"))]

@@ -1,5 +1,7 @@
 """The OpenAPI schema fuzzed with schemathesis against live servers: no request gets a 5xx (or a dropped
-connection), and every 4xx is the server's error format, JSON `{"error": "...", "field": ...}`.
+connection), every 4xx is the server's error format, JSON `{"error": "...", "field": ...}` (a field's name or
+"body", never a character offset; null only for errors about no field), and every response carries X-Trace-Id and
+the security headers.
 
 Three runs: the shared deployment with the server admin key (reaches every handler) and with team_b's key (another
 collection's: mostly the 404 path), both on the operations that change nothing, so the other tests' fixture stays
@@ -85,17 +87,36 @@ class Run:
 TALLY: dict[str, Counter[int]] = {}  # "run label" -> status codes seen
 
 
+SECURITY_HEADERS = {"x-content-type-options": "nosniff", "referrer-policy": "no-referrer", "x-frame-options": "DENY"}
+NAMES_A_FIELD = (400, 413, 422)  # what the client sent is wrong: its field, or "body" for the body as a whole
+
+
+def _header(response: Response, name: str) -> str:
+    values = {k.lower(): v for k, v in response.headers.items()}.get(name, [""])
+    return values[0] if values else ""
+
+
 def error_format(ctx: Any, response: Response, case: schemathesis.Case) -> bool | None:
-    """Every 4xx is the server's error format: JSON with an "error" string and a "field" (a string or null)."""
+    """Every response carries X-Trace-Id and the security headers. Every 4xx is the server's error format: JSON with
+    an "error" string and a "field": a field's name, or "body" for a body that cannot be read, never a character
+    offset; null only for an error about no field (401, 403, 404, 405, 409, 429). A 400, 413 or 422 names one."""
+    assert re.fullmatch(r"[0-9a-f]{32}", _header(response, "x-trace-id")), response.headers
+    assert _header(response, "content-security-policy"), response.headers
+    for name, value in SECURITY_HEADERS.items():
+        assert _header(response, name) == value, (name, response.headers)
     if not 400 <= response.status_code < 500:
         return None
     try:
         data = response.json()
     except ValueError:
         raise AssertionError(f"{response.status_code} body is not JSON: {response.text[:200]!r}") from None
-    assert isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"], data
-    assert data.get("field") is None or isinstance(data["field"], str), data
-    content_type = response.headers.get("content-type", [""])[0]
+    assert isinstance(data, dict) and set(data) == {"error", "field"}, data
+    assert isinstance(data["error"], str) and data["error"], data
+    field = data["field"]
+    assert field is None or (isinstance(field, str) and field and not field.isdigit()), data  # never an offset
+    if response.status_code in NAMES_A_FIELD:
+        assert isinstance(field, str), data
+    content_type = _header(response, "content-type")
     assert content_type.startswith("application/json"), content_type
     return None
 
@@ -293,9 +314,11 @@ def upload_files(draw: st.DrawFn) -> tuple[str, bytes]:
 
 def _check(response: httpx.Response, what: str) -> int:
     assert response.status_code < 500, f"{what}: {response.status_code} {response.text[:500]}"
+    assert response.headers.get("x-content-type-options") == "nosniff", f"{what}: {response.headers}"
     if 400 <= response.status_code < 500:
         body = response.json()
         assert isinstance(body.get("error"), str) and body["error"], f"{what}: {response.text[:200]}"
+        assert body["field"] is None or not body["field"].isdigit(), f"{what}: {response.text[:200]}"
     return response.status_code
 
 

@@ -1,5 +1,6 @@
 """Upload names that are paths (climbing, absolute, Windows, nested, encoded, control characters) name a document
-and nothing else: the bytes are stored by content hash inside the home, nothing is written beside or above it."""
+and nothing else: the bytes are stored by content hash inside the home, nothing is written beside or above it.
+Names that spoof what they show (bidi controls, invisible characters) are refused: test_security_names.py."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_upload_names_are_names_never_paths(tmp_path: Path) -> None:
             [doc] = response.json()["documents"]
             assert doc["name"] == kept
             ids.append(doc["id"])
-        for bad in ("..", ".", "", "../../", "/"):
+        for bad in ("..", ".", "", "../../", "/", "evil\u202egpj.md", "zero\u200bwidth.md"):  # and invisible
             refused = api.post("/v1/collections/default/documents", files=[("files", (bad, b"# x\n\ny\n"))])
             assert refused.status_code == 422 and refused.json()["field"].startswith("files"), (bad, refused.text)
         assert {d["status"] for d in wait_settled(api, "default", ids)} == {"indexed"}

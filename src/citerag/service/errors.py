@@ -1,10 +1,17 @@
-"""Every error is JSON `{"error": message, "field": name or null}` with a 4xx the client can act on; an
-unexpected failure is a 500 that says only its trace id (the traceback goes to the server's log)."""
+"""Every error is JSON `{"error": message, "field": name}` with a 4xx the client can act on: `field` names the
+field at fault, or is "body" for a body that cannot be read at all (malformed JSON, not UTF-8, nested too deep, a
+broken multipart, too large, too slow), and is null only for what is about no field (401, 403, 404, 429, 500).
+An unexpected failure is a 500 that says only its trace id (the traceback goes to the server's log).
+
+Every response, errors and the 500s included, carries X-Trace-Id and the security headers defined here: the
+application's outermost middleware adds them (app.SecureResponses), and server.py's 400, the one answer sent before
+the application, has them from `security_headers`."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 from typing import Any
 
@@ -19,6 +26,14 @@ from citerag.app.models import EmptyCollection
 from citerag.errors import FULL, CiteragError, StoreUnavailable
 
 log = logging.getLogger("citerag.service")
+BODY = "body"  # the field of an error about the request body as a whole
+TRACE_HEADER = "X-Trace-Id"
+# The page's own scripts and styles only; nothing inline, nothing from elsewhere, never framed. A route may set
+# its own (an original is served under a sandbox).
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
+                    "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
 
 
 class ApiError(Exception):
@@ -36,11 +51,37 @@ def body(message: str, field: str | None = None) -> dict[str, Any]:
     return {"error": message, "field": field}
 
 
+def security_headers(trace_id: str) -> list[tuple[bytes, bytes]]:
+    """The headers of a response sent outside the application (raw, as a server writes them)."""
+    pairs = {TRACE_HEADER: trace_id, **SECURITY_HEADERS}
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in pairs.items()]
+
+
 def _field(loc: tuple[Any, ...]) -> str:
-    # ("body", "question") -> "question"; ("query", "ids") -> "ids"; ("path", "document_id") -> "document_id"
+    # ("body", "question") -> "question"; ("query", "ids") -> "ids"; ("path", "document_id") -> "document_id";
+    # ("body", 17) -> "body": a number right after "body" is a character offset (json_invalid), not a field.
+    if len(loc) > 1 and loc[0] == "body" and isinstance(loc[1], int):
+        return BODY
     parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path", "header", "cookie") else \
         [str(p) for p in loc]
-    return ".".join(parts) or "body"
+    return ".".join(parts) or BODY
+
+
+def _not_json(error: Any, doc: Any) -> str:
+    """FastAPI's json_invalid error as JSON's own message: what was expected, at which line and column."""
+    reason, pos = (error.get("ctx") or {}).get("error", "invalid JSON"), error.get("loc", ("body", 0))[-1]
+    where = str(json.JSONDecodeError(reason, doc, pos)) if isinstance(doc, str) and isinstance(pos, int) else reason
+    return f"the body is not valid JSON: {where}"
+
+
+def _unreadable(exc: StarletteHTTPException) -> str:
+    """Why the framework could not read a body (its own message says only "error parsing the body")."""
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not UTF-8 JSON: byte {cause.start} is not UTF-8"
+    if isinstance(cause, RecursionError):
+        return "the body is nested too deeply to read"
+    return f"the body could not be read: {exc.detail}"
 
 
 def install(app: FastAPI) -> None:
@@ -52,11 +93,17 @@ def install(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         field = _field(tuple(first.get("loc", ())))
+        if first.get("type") == "json_invalid":
+            return JSONResponse(body(_not_json(first, exc.body), BODY), status_code=422)
         problems = "; ".join(f"{_field(tuple(e.get('loc', ())))}: {e.get('msg', 'invalid')}" for e in exc.errors())
         return JSONResponse(body(problems or "invalid request", field), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # The framework's only 400s are bodies it could not read (FastAPI's JSON, Starlette's multipart and form
+        # parsers); this code's own refusals are ApiErrors, and its other statuses name no field (404, 405).
+        if exc.status_code == 400:
+            return JSONResponse(body(_unreadable(exc), BODY), status_code=400, headers=exc.headers)
         return JSONResponse(body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(EmptyCollection)
@@ -89,9 +136,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        trace = getattr(request.state, "trace_id", "-")
-        log.exception("unexpected error (trace %s)", trace)
-        return JSONResponse(body(f"internal error (trace id {trace})"), status_code=500)
+        return internal_error(request, exc)
+
+
+def internal_error(request: Request, exc: BaseException) -> JSONResponse:
+    """The 500 of a failure nothing handles: its trace id for the client, its traceback for the log."""
+    trace = getattr(request.state, "trace_id", "-")
+    log.error("unexpected error (trace %s)", trace, exc_info=exc)
+    return JSONResponse(body(f"internal error (trace id {trace})"), status_code=500)
 
 
 class LimitBody:
@@ -159,6 +211,6 @@ async def _too_large(send: Send, limit: int) -> None:
 
 
 async def _refuse(send: Send, status: int, message: str) -> None:
-    response = JSONResponse(body(message), status_code=status)
+    response = JSONResponse(body(message, BODY), status_code=status)  # headers added by SecureResponses
     await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body})

@@ -6,11 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-COLLECTION_NAME = r"^[A-Za-z0-9._-]{1,64}$"
+from citerag.app.home import COLLECTION_NAME  # the application core's rule, one for the CLI and the API
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt option is an error, not silently ignored
+    # A misspelt option is an error, not silently ignored; and types are strict, so that `true` is not k=1, "yes"
+    # is not a boolean and "5" is not a number (a JSON integer is still accepted where a float is asked for).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CollectionSettings(_Body):

@@ -12,11 +12,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Path, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse, PlainTextResponse
+from pydantic import BeforeValidator
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from citerag.app import uploads
 from citerag.app.collection import Collection
+from citerag.app.names import UnusableName, upload_name
 from citerag.service.auth import Readable, ServiceDep, Writable
 from citerag.service.errors import ApiError
 from citerag.service.present import HTML_SUFFIXES, document_json, document_url
@@ -25,7 +27,18 @@ from citerag.types import Document
 
 router = APIRouter(prefix="/v1/collections/{name}/documents", tags=["documents"])
 STATIC = PurePosixPath(__file__).parent.parent / "static"
-DocumentId = Annotated[int, Path(ge=1, le=2**53, description="The document's id.")]
+
+
+def _decimal(value: object) -> object:
+    """A path id as written: ASCII decimal digits only. Left to pydantic, `1.0`, `+1`, ` 1`, `1_0` and other
+    scripts' digits would all open document 1, so one document would have many URLs."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("a document id is written in decimal digits only (no sign, point or spaces)")
+    return value
+
+
+# Still an integer to the schema, bounded there; the validator after Path, else the schema says "ge" for "minimum".
+DocumentId = Annotated[int, Path(ge=1, le=2**53, description="The document's id."), BeforeValidator(_decimal)]
 # What an original may run in the browser: nothing. An uploaded HTML page is shown, never trusted.
 SANDBOX = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -41,13 +54,12 @@ def _document(collection: Collection, document_id: int) -> Document:
     return doc
 
 
-def _file_name(upload: UploadFile) -> str:
-    """The upload's own name without any folder: it names the document and picks the extractor, never a path."""
-    raw = (upload.filename or "").replace("\\", "/")
-    name = PurePosixPath(raw).name.strip()
-    if not name or name in (".", "..") or any(ord(ch) < 32 or ch == "\x7f" for ch in name) or len(name) > 255:
-        raise ApiError(422, f"file name {raw[:80]!r} is not usable: give each file a plain name", "files")
-    return name
+def _file_name(upload: UploadFile, field: str) -> str:
+    """The upload's own name (citerag.app.names): it names the document and picks the extractor, never a path."""
+    try:
+        return upload_name(upload.filename or "")
+    except UnusableName as exc:
+        raise ApiError(422, str(exc), field) from None
 
 
 def _read(upload: UploadFile, limit_mb: float) -> bytes:
@@ -67,7 +79,7 @@ def upload(files: Annotated[list[UploadFile], File(description="One or more file
            collection: Writable, svc: ServiceDep) -> dict[str, Any]:
     if len(files) > svc.config.max_files:
         raise ApiError(413, f"{len(files)} files in one request; at most {svc.config.max_files}", "files")
-    named = [(_file_name(f), f) for f in files]  # every name checked before anything is stored
+    named = [(_file_name(f, "files"), f) for f in files]  # every name checked before anything is stored
     out = []
     for name, file in named:
         taken = uploads.upload(collection, svc.jobs, name, _read(file, collection.settings.max_file_mb))
@@ -119,7 +131,7 @@ def replace(document_id: DocumentId, file: Annotated[UploadFile, File(descriptio
     """A new version is built and committed before the old one stops being served; if it fails, the old one
     stays and the document says why."""
     doc = _document(collection, document_id)
-    name = _file_name(file)
+    name = _file_name(file, "file")
     if PurePosixPath(name).suffix.lower() != PurePosixPath(doc.name).suffix.lower():
         raise ApiError(422, f"the new version must have the same format as {doc.name!r}", "file")
     sha = uploads.replace(collection, svc.jobs, doc, _read(file, collection.settings.max_file_mb))
