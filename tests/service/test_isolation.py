@@ -1,7 +1,7 @@
 """Isolation between collections, probed from the app's own route table: a key scoped to another collection gets
 a 404 on every route of "default" (never a 403 that confirms the name, never one of its chunks), a missing,
 forged or revoked key a 401; a reader of "default" sees it (200) but may not change it (403); and nothing a
-probe sent was written."""
+probe sent was written. On both backends: the home on SQLite and the same deployment on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import pytest
 from fastapi.routing import APIRoute
 from service_fixtures import Deployment
 
-from citerag.keystore.sqlite import SqliteKeyStore
 from citerag.service import auth
 from corpus_paths import DEV_SET
 
@@ -210,6 +209,15 @@ def state(deployment: Deployment) -> tuple[Any, ...]:
         return snapshot(a, "default"), snapshot(b, "other"), names
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def deployment(request: pytest.FixtureRequest, deployment: Deployment) -> Deployment:
+    """Every probe on both backends: the SQLite home the other service tests share, and the same on PostgreSQL."""
+    if request.param == "sqlite":
+        return deployment
+    pg: Deployment = request.getfixturevalue("pg_deployment")
+    return pg
+
+
 @pytest.fixture(scope="module")
 def default_docs(deployment: Deployment) -> dict[int, str]:
     """id -> name of default's documents as they are now (every one indexed)."""
@@ -240,17 +248,20 @@ def test_every_route_of_another_collection_is_404_and_leaks_nothing(
         deployment: Deployment, default_docs: dict[int, str], secrets: Secrets,
         default_files: dict[str, bytes]) -> None:
     server = deployment.server
-    keys = SqliteKeyStore(server.home)
+    keys = server.service.keys  # the server's own key store, on either backend
     revoked = keys.create("default", "write")
     assert keys.revoke(revoked[len("crk_"):].partition("_")[0])
     before = state(deployment)
     all_probes = probes(deployment, default_docs, default_files)
 
-    # team_b: a valid key, another collection's. As a header and as the browser's cookie.
+    # team_b: a valid key, another collection's. As a header and as the browser's session cookie (signed in as the
+    # page does; its writes carry the page's own Origin, so they pass the forgery check and meet the isolation one).
     team_b_header = httpx.Client(base_url=server.url, timeout=PROBE_TIMEOUT,
                                  headers={"Authorization": f"Bearer {deployment.team_b}"})
     team_b_cookie = httpx.Client(base_url=server.url, timeout=PROBE_TIMEOUT,
-                                 cookies={auth.COOKIE: deployment.team_b})
+                                 headers={"Origin": server.url, "Sec-Fetch-Site": "same-origin"})
+    assert team_b_cookie.post("/v1/session", json={"key": deployment.team_b}).status_code == 204
+    assert auth.COOKIE in team_b_cookie.cookies
     # No key, a forged one (well formed, another's prefix), a revoked one, a key in the wrong scheme.
     prefix = deployment.team_a[len("crk_"):].partition("_")[0]
     bad_keys = {"no key": {}, "forged": {"Authorization": f"Bearer crk_{prefix}_{'A' * 32}"},

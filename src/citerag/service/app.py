@@ -2,19 +2,22 @@
 
     citerag serve [--host 127.0.0.1] [--port 8000] [--no-keys]
 
-OpenAPI at /openapi.json (docs at /docs), the API under /v1, the web page at /.
+OpenAPI at /openapi.json (Swagger UI at /docs, served from the package: see routes/docs.py), the API under /v1,
+the web page at /.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citerag import __version__
 from citerag.app.home import Citerag, open_key_store, open_queue
@@ -22,17 +25,15 @@ from citerag.app.uploads import index_upload
 from citerag.jobs import Job
 from citerag.service import errors, metrics
 from citerag.service.ratelimit import make_limiter
-from citerag.service.routes import answers, collections, documents, pages, traces
+from citerag.service.routes import answers, collections, docs, documents, pages, traces
 from citerag.service.state import Service, ServiceConfig
 from citerag.settings import Settings
 from citerag.trace.setup import request_span
 from citerag.types import UPLOAD_SCHEME
 
 log = logging.getLogger("citerag.service")
-TRACE_HEADER = "X-Trace-Id"
-# The page's own scripts and styles only; nothing inline, nothing from elsewhere, never framed.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+# Defined with the error shape (errors.py), where the one response sent before the application needs them too.
+TRACE_HEADER, CSP = errors.TRACE_HEADER, errors.CSP
 
 
 def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastAPI:
@@ -57,31 +58,64 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
             svc.keys.close()
             core.close()
 
-    api = FastAPI(title="citerag", version=__version__, lifespan=lifespan,
+    api = FastAPI(title="citerag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Answers with citations that open the source at the quote, or NO ANSWER.")
     errors.install(api)
     api.state.metrics = metrics.Metrics()
     for router in (collections.router, documents.router, answers.router, pages.router, metrics.router,
-                   traces.router):
+                   traces.router, docs.router):
         api.include_router(router)
     api.mount("/static", StaticFiles(directory=pages.STATIC), name="static")
-
-    @api.middleware("http")
-    async def headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        # The request's span (continuing an incoming traceparent): a query's trace is the request's trace.
-        with request_span(request.method, request.url.path, request.headers) as trace_id:
-            request.state.trace_id = trace_id or uuid.uuid4().hex
-            response = await call_next(request)
-        response.headers[TRACE_HEADER] = request.state.trace_id
-        response.headers.setdefault("Content-Security-Policy", CSP)
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "no-referrer"
-        response.headers["X-Frame-Options"] = "DENY"
-        return response
+    api.mount(docs.ASSETS_URL, docs.assets(), name="docs-assets")
 
     api.add_middleware(errors.LimitBody, limit=int(config.max_upload_mb * 1048576), pause_s=config.client_timeout_s)
     api.add_middleware(metrics.RequestMetrics, metrics=api.state.metrics)
+    api.add_middleware(SecureResponses)  # added last: the outermost, around the two above
     return api
+
+
+class SecureResponses:
+    """The request's span and trace id, and the headers every response leaves with: X-Trace-Id, the security
+    headers, the CSP unless the route set its own. The outermost of the application's middlewares, so that the
+    body limit's refusals (413, 408) and the 500s get them too: a failure no handler knows is answered here (with
+    its traceback logged once), since Starlette's own 500 would be sent from outside every middleware.
+
+    Pure ASGI rather than @app.middleware("http"): the application runs in this task (the span is current in the
+    handlers), and a streamed response gets its headers as it starts, and is inside the span to its last byte."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        # The request's span: a query's trace is the request's trace.
+        with request_span(request.method, request.url.path, request.headers) as traced:
+            trace_id = traced or uuid.uuid4().hex
+            request.state.trace_id = trace_id  # in the scope: every Request made from it sees it
+            started = False
+
+            async def secured(message: Message) -> None:
+                nonlocal started
+                if message["type"] == "http.response.start":
+                    started = True
+                    headers = MutableHeaders(scope=message)
+                    headers[TRACE_HEADER] = trace_id
+                    for name, value in errors.SECURITY_HEADERS.items():
+                        if name == "Content-Security-Policy":
+                            headers.setdefault(name, value)  # a route's own policy stays (an original's sandbox)
+                        else:
+                            headers[name] = value
+                await send(message)
+
+            try:
+                await self.app(scope, receive, secured)
+            except Exception as exc:
+                if started:
+                    raise  # a response already under way: nothing more can be said to the client
+                await errors.internal_error(request, exc)(scope, receive, secured)
 
 
 def _requeue_pending(svc: Service) -> None:
