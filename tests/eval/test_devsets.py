@@ -1,8 +1,10 @@
 """The committed dev sets are what their verifiers and builders say: each German needle located verbatim in the
-German edition, the cross-lingual sets rebuilt from their two sources without a difference."""
+German edition, the cross-lingual sets rebuilt from their two sources without a difference, the XQuAD sets loadable
+with each needle in its own article alone."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from citerag.eval.devset import dev_set
+from citerag.eval.truth import load_ood, load_questions
 
 EVAL = Path(__file__).resolve().parents[2] / "eval"
 
@@ -36,3 +39,40 @@ def test_a_cross_lingual_set_asks_over_the_other_sets_corpus(name: str, corpus: 
     found = dev_set(EVAL / name)
     assert found.corpus.resolve() == (EVAL / corpus / "corpus").resolve()
     assert found.questions.read_text(encoding="utf-8").count("\n") == 80
+
+
+XQUAD = ("xquad-en", "xquad-de", "xquad-de-en")
+
+
+def _collapsed(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+@pytest.mark.parametrize("name", XQUAD)
+def test_an_xquad_set_loads_and_each_needle_is_in_its_source_alone(name: str) -> None:
+    """XQuAD sets (Wikipedia paragraphs, CC BY-SA): every needle occurs in its source file once whitespace is
+    collapsed and in no other file; questions and out-of-domain questions parse with the loaders."""
+    found = dev_set(EVAL / name)
+    texts = {p.name: _collapsed(p.read_text(encoding="utf-8")) for p in sorted(found.corpus.glob("*.txt"))}
+    assert len(texts) == 19 and (EVAL / name / "LICENSE-CC-BY-SA-4.0.txt").is_file()
+    questions = load_questions(found.questions)
+    assert len(questions) == 430 and {q.source for q in questions} <= set(texts)
+    for q in questions:
+        needle = _collapsed(q.needle)
+        assert [f for f, text in texts.items() if needle in text] == [q.source], q.id
+    assert found.ood is not None
+    ood = load_ood(found.ood)
+    assert len(ood) == 30 and {o.kind for o in ood} == {"near", "far"}
+    assert sum(o.kind == "far" for o in ood) >= 8 and sum(o.trap for o in ood) >= 5
+    assert all(o.kind == "near" for o in ood if o.trap)
+
+
+def test_the_xquad_cross_lingual_set_asks_the_german_questions_over_the_english_articles() -> None:
+    found = dev_set(EVAL / "xquad-de-en")
+    assert found.corpus.resolve() == (EVAL / "xquad-en" / "corpus").resolve()
+    german = dev_set(EVAL / "xquad-de")
+    assert [q.query for q in load_questions(found.questions)] == [q.query for q in load_questions(german.questions)]
+    assert found.ood is not None and german.ood is not None
+    mine, theirs = load_ood(found.ood), load_ood(german.ood)
+    assert [(o.kind, o.query, o.trap) for o in mine] == [(o.kind, o.query, o.trap) for o in theirs]
+    assert [o.id for o in mine] == [o.id.replace("xde-", "xdeen-") for o in theirs]
