@@ -20,7 +20,7 @@ Reported per approach: R@1, R@4, MRR@20 (citerag.eval.metrics), the sign test on
 dense E (citerag.eval.paired.paired_rr: wins / losses / p), and the latency it ADDS per query (p50, p95 ms;
 the baseline row shows the dense search itself). maxsim is timed twice: "cold" embeds every sentence of the
 20 chunks for each query (an empty cache), the listed rows use a cache already holding them (what an index-time
-sentence store, or a warm LRU cache, would pay). Correctness is the eval's needle rule (the runner's `_result`).
+sentence store, or a warm LRU cache, would pay). Correctness is the eval's needle rule (the runner's `query_result`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from citerag.embed import load_encoder
 from citerag.eval.metrics import latency, summary
 from citerag.eval.needle import chunk_body
 from citerag.eval.paired import paired_rr
-from citerag.eval.runner import DEPTH, _result, build_index, corpus_files
+from citerag.eval.runner import DEPTH, build_index, corpus_files, query_result
 from citerag.eval.truth import Question, load_questions
 from citerag.search.ensemble import DenseMatrix, embed_chunks, ensemble_rank
 from citerag.search.rerank import CrossEncoderReranker, rerank
@@ -104,7 +104,7 @@ def run_set(folder: Path, cache: Path, exclude: Sequence[str], rerankers: Sequen
                 hits = [pool.get(i) or Hit(by_id[i], documents[by_id[i].document_id], 0, 0.0, 1.0)
                         for i in order[q.id][:DEPTH]]
                 hits = [Hit(h.chunk, h.document, r + 1, h.score, h.cosine_distance) for r, h in enumerate(hits)]
-                out[q.id] = _result(hits, q, bodies).rank
+                out[q.id] = query_result(hits, q, bodies).rank
             return out
 
         def measure(fn: Ranked) -> tuple[dict[str, list[int]], list[float]]:

@@ -23,15 +23,29 @@ def citerag(*args: str | Path) -> subprocess.CompletedProcess[str]:
                           timeout=600)
 
 
+GOLDLESS = "dr-02-doc"  # its gold answer is in no document, so no answer can hold it
+
+
+def _with_gold(questions: Path, out: Path) -> Path:
+    """The questions with a gold answer each, as a SQuAD-style set has: the needle itself, upper-cased and its
+    spaces doubled (the comparison ignores case and spacing), except GOLDLESS's."""
+    rows = [json.loads(line) for line in questions.read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["answer"] = "zebra quagga okapi" if r["id"] == GOLDLESS else r["needle"].upper().replace(" ", "  ")
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return out
+
+
 @pytest.fixture(scope="module")
 def reranked(tiny_set: dict[str, Path]) -> dict[str, Any]:
-    """A dense run with --generate (which also builds the E index), a tiny reranker trained on that index,
-    then one eval run with --rerank and --generate."""
+    """A dense run with --generate (which also builds the E index) on the questions with gold answers, a tiny
+    reranker trained on that index, then one eval run with --rerank and --generate."""
     root = tiny_set["root"]
     ix = root / "rr-index"
     out = root / "cli-rr"
     first = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions",
-                    tiny_set["questions"], "--ood", tiny_set["ood"], "--strategies", "E", "--retrievers", "dense",
+                    _with_gold(tiny_set["questions"], root / "gold.jsonl"), "--ood", tiny_set["ood"],
+                    "--strategies", "E", "--retrievers", "dense",
                     "--no-html", "--out", root / "gen",
                     "--cache", tiny_set["cache"], "--generate")
     assert first.returncode == 0, first.stderr
@@ -96,6 +110,28 @@ def test_generate_matches_the_sweep_without_rerank(reranked: dict[str, Any]) -> 
     assert a["bluffs"]["count"] == conf["calibration"]["at_reference"]["bluffs"]
     assert a["needle_retrieved"] == conf["calibration"]["at_reference"]["supported"]
     assert "rerank" not in a["latency"] and "answers E/dense/all-MiniLM-L6-v2 (extractive)" in reranked["plain_stdout"]
+
+
+def test_generate_reports_the_gold_answer_share(reranked: dict[str, Any]) -> None:
+    a = reranked["plain"]["answers"]
+    rows = a["queries"]["answerable"]
+    assert GOLDLESS in rows and rows[GOLDLESS]["gold_answer"] is False
+    for q, r in rows.items():
+        if r["refused"]:
+            assert r["gold_answer"] is False
+        elif r["needle_supported"] and q != GOLDLESS:  # a cited quote holds the needle, so its gold answer
+            assert r["gold_answer"] is True
+    held = sum(r["gold_answer"] for r in rows.values())
+    g = a["gold_answer"]
+    assert (g["count"], g["n"]) == (held, 8) and g["value"] == round(held / 8, 6)
+    assert g["low"] <= g["value"] <= g["high"]
+    assert a["needle_supported"]["count"] - 1 <= held <= a["in_domain"] - a["refused"]["count"]
+    assert f"gold answer {held}/8" in reranked["plain_stdout"]
+    md = (reranked["out"].parent / "gen" / "report.md").read_text(encoding="utf-8")
+    assert f"| gold answer in the answer or its cited quotes | {held}/8 |" in md
+    # A set without gold answers reports none.
+    assert reranked["report"]["answers"]["gold_answer"] is None
+    assert "gold answer" not in reranked["stdout"]
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -48,6 +48,24 @@ def test_reports_are_written(first_run: Path) -> None:
     assert all((first_run / p).read_bytes().startswith(b"\x89PNG") for p in pngs)
 
 
+def test_report_json_holds_consistent_budget_metrics(first_run: Path) -> None:
+    report = json.loads((first_run / "report.json").read_text(encoding="utf-8"))
+    for c in report["configurations"]:
+        m = c["metrics"]
+        assert set(m) == {"recall@1", "recall@4", "recall@8", "recall@20", "mrr", "ndcg@10",
+                          "budget@1000", "budget@2000", "budget@4000"}
+        b1, b2, b4 = (m[f"budget@{b}"] for b in (1000, 2000, 4000))
+        assert b1["value"] <= b2["value"] <= b4["value"] <= m["recall@20"]["value"]
+        assert all(e["n"] == 8 and e["low"] <= e["value"] <= e["high"] for e in (b1, b2, b4))
+        rows = report["queries"]["answerable"][c["id"]]
+        # The estimate is the share of the per-query counts within the budget.
+        assert b2["k"] == sum(r["chars"] is not None and r["chars"] <= 2000 for r in rows.values())
+    assert set(report["paired"][0]["chars"]) == {"wins", "losses", "p"}
+    md = (first_run / "report.md").read_text(encoding="utf-8")
+    assert "## Recall at a context budget" in md and "| configuration | B@1000 | B@2000 | B@4000 |" in md
+    assert "Recall at a context budget" in (first_run / "report.html").read_text(encoding="utf-8")
+
+
 def test_gate_passes_against_an_equal_run_and_fails_on_a_damaged_corpus(
         first_run: Path, tiny_set: dict[str, Path]) -> None:
     common = ["eval", *MINILM, "--questions", tiny_set["questions"], "--ood", tiny_set["ood"], "--strategies", "E",

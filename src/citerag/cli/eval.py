@@ -76,8 +76,8 @@ def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: b
               help="Threshold to report the gate at besides the recommended one (default: the configured 0.675).")
 @click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="An earlier report.json to compare with, query by query.")
-@click.option("--gate", is_flag=True, help="Exit non-zero on a significant paired loss or a newly destroyed answer "
-              "against --baseline.")
+@click.option("--gate", is_flag=True, help="Exit non-zero on a significant paired loss (Recall@k, or budget@2000 "
+              "when both reports have it) or a newly destroyed answer against --baseline.")
 @click.option("--exclude", multiple=True, metavar="GLOB",
               help="Leave out corpus files whose name or relative path matches (repeatable), e.g. '*.pdf'.")
 @click.option("--vector-index", type=click.Choice(["exact", "hnsw"]), default="exact", show_default=True,
@@ -182,7 +182,8 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
         m = c["metrics"]
         cost = c.get("rerank_latency")
         click.echo(f"{c['id']:<40} R@1 {m['recall@1']['value']:.3f}  R@4 {m['recall@4']['value']:.3f}  "
-                   f"MRR {m['mrr']['value']:.3f}  destroyed {len(c['destroyed'])}"
+                   f"MRR {m['mrr']['value']:.3f}  B@2000 {m['budget@2000']['value']:.3f}  "
+                   f"destroyed {len(c['destroyed'])}"
                    + (f"  rerank p50 {cost['p50_ms']:.0f} ms p95 {cost['p95_ms']:.0f} ms" if cost else "")
                    + (f"  exact words R@4 {c['phrases']['recall@4']['value']:.3f}" if c.get("phrases") else ""))
     r = primary(report).get("refusal_rule") if report["configurations"] else None
@@ -196,7 +197,9 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
         click.echo(f"answers {a['configuration']} ({a['generator']}): refused {a['refused']['count']}/{a['in_domain']}"
                    f"  bluffs {a['bluffs']['count']}/{a['ood']}  citation accuracy "
                    f"{a['citation_accuracy']['pooled']['value']:.3f}  needle-supported "
-                   f"{a['needle_supported']['count']}/{a['in_domain']}")
+                   f"{a['needle_supported']['count']}/{a['in_domain']}"
+                   + (f"  gold answer {a['gold_answer']['count']}/{a['gold_answer']['n']}"
+                      if a.get("gold_answer") else ""))
     click.echo(f"wrote {out / 'report.json'}, report.md{'' if no_html else ', report.html'} "
                f"({run.seconds:.0f} s)")
     if result is not None:

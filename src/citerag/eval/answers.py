@@ -2,7 +2,8 @@
 
 Refusals (answerable queries refused), bluffs (out-of-domain queries answered), citation accuracy (pooled over
 the sentences of every answer, with a Wilson interval; the mean over answers beside it), needle-supported
-answers (a validly cited source holds the needle), latency per stage, and an optional LLM-as-judge score.
+answers (a validly cited source holds the needle), latency per stage, an optional LLM-as-judge score, and,
+for sets with gold answer spans (SQuAD-style), the share of answers whose text or cited quotes hold that span.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from citerag.app.collection import Collection
 from citerag.app.models import AskOptions
 from citerag.eval.metrics import estimate, latency
 from citerag.eval.truth import OodQuery, Question
+from citerag.text import collapse
 from citerag.types import Answer
 
 STAGES = ("retrieve", "rerank", "generate", "total")
@@ -56,6 +58,32 @@ def parse_judge(text: str) -> dict[str, float] | None:
     return None
 
 
+def _norm(text: str) -> str:
+    return collapse(text).casefold()
+
+
+def holds_gold(answer: Answer, gold: str) -> bool:
+    """The answer text or a quote it validly cites contains `gold` (case-insensitive, whitespace collapsed):
+    what the user is shown holds the answer. A refusal shows nothing, so never holds it."""
+    if answer.refused:
+        return False
+    target = _norm(gold)
+    if target in _norm(answer.answer):
+        return True
+    # Sources the answer does not cite are not shown as its support; without a check, count every source.
+    cited = set(answer.check.cited) if answer.check is not None else {c.index for c in answer.citations}
+    return any(c.index in cited and target in _norm(c.quote) for c in answer.citations)
+
+
+def gold_answer_share(held: Sequence[bool]) -> dict[str, Any] | None:
+    """{count, n, value, low, high} over the questions with a gold answer; None when the set has none."""
+    if not held:
+        return None
+    e = estimate(sum(held), len(held))
+    return {"count": sum(held), "n": len(held), "value": round(e.value, 6), "low": round(e.low, 6),
+            "high": round(e.high, 6)}
+
+
 def judge_answer(judge: Generator, question: Question, answer: Answer) -> dict[str, float] | None:
     sources = "\n".join(f"[{c.index}] {' '.join(c.quote.split())}" for c in answer.citations)
     prompt = JUDGE_PROMPT.format(question=question.query, needle=question.needle, sources=sources,
@@ -85,6 +113,7 @@ def evaluate_answers(collection: Collection, questions: Sequence[Question], ood:
                 stages[s].append(ans.timings[s])
         if isinstance(q, Question):
             rows[q.id] = answer_figures(ans, q.needle)
+            rows[q.id]["gold_answer"] = None if q.answer is None else holds_gold(ans, q.answer)
             if not ans.refused:
                 answered.append((q, ans))
         else:
@@ -114,6 +143,7 @@ def evaluate_answers(collection: Collection, questions: Sequence[Question], ood:
         "flagged": sum(r["flagged"] for r in checked),
         "invalid_markers": sum(r["invalid_markers"] for r in checked),
         "latency": {s: latency(v) for s, v in stages.items() if v},
+        "gold_answer": gold_answer_share([r["gold_answer"] for r in rows.values() if r["gold_answer"] is not None]),
         "judge": None,
         "queries": {"answerable": rows, "ood": ood_rows},
     }

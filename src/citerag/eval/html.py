@@ -9,7 +9,19 @@ from collections.abc import Callable
 from typing import Any
 
 from citerag.eval import plots
-from citerag.eval.report import HEADLINE_HEAD, answer_rows, headline_rows, latency_rows, primary, window_cell
+from citerag.eval.report import (
+    BUDGET_NOTE,
+    HEADLINE_HEAD,
+    answer_rows,
+    budget_head,
+    budget_rows,
+    headline_rows,
+    latency_rows,
+    paired_head,
+    paired_rows,
+    primary,
+    window_cell,
+)
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}
@@ -46,6 +58,8 @@ def to_html(report: dict[str, Any], save: Callable[[str, bytes], None] | None = 
         parts.append(f"<p class='{cls}'>Gate against {html.escape(base['path'])}: {word}"
                      + "".join(f"<br>{html.escape(f)}" for f in base["failures"]) + "</p>")
     parts += ["<h2>Retrieval</h2>", _table(HEADLINE_HEAD, headline_rows(report)),
+              "<h2>Recall at a context budget</h2>", _table(budget_head(report), budget_rows(report)),
+              f"<p>{html.escape(BUDGET_NOTE)}</p>",
               "<h2>Recall@k</h2>", img(plots.recall_curves(report), "recall.png", "Recall@k curves")]
     parts.append("<h2>Threshold calibration</h2>")
     shown = [primary(report)]
@@ -84,11 +98,8 @@ def to_html(report: dict[str, Any], save: Callable[[str, bytes], None] | None = 
                         [[i["embedder"], i["strategy"], str(i["documents"]), str(i["chunks"]),
                           window_cell(i), f"{i['header_share']:.1%}",
                           f"{i['seconds']:.1f}"] for i in report["indexes"]]))
-    rows = [[p["a"], p["b"], *[f"{t['wins']}:{t['losses']} p={t['p']:.3g}" for t in [*p["tests"], p["rr"]]]]
-            if p.get("rr") else [p["a"], p["b"], *[f"{t['wins']}:{t['losses']} p={t['p']:.3g}" for t in p["tests"]]]
-            for p in report["paired"]]
+    rows = paired_rows(report)
     parts.append(f"<details><summary>Paired comparisons ({len(rows)} pairs; wins:losses of A over B, exact "
-                 "sign test)</summary>" + _table(["A", "B", *[f"R@{k}" for k in st["recall_ks"]], "RR"], rows)
-                 + "</details>")
+                 "sign test, * p &lt; 0.05)</summary>" + _table(paired_head(st), rows) + "</details>")
     parts.append("</body></html>")
     return "\n".join(parts)

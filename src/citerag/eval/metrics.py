@@ -4,6 +4,8 @@
 - MRR: mean of 1 / rank of the first correct chunk, 0 when none was retrieved (so MRR@depth).
 - nDCG@10: binary relevance, only the first correct chunk counted as relevant (one needle, one
   relevant item), so the ideal DCG is 1 and nDCG@10 = 1 / log2(rank + 1) for rank <= 10, else 0.
+- budget@B: share of queries whose needle is reached within B characters of quoted content, read in rank
+  order up to and including the first correct chunk (R@k rewards large chunks; a reader pays per character).
 Each comes with a Wilson 95% interval (for MRR and nDCG, applied to the mean score; see stats.wilson).
 """
 
@@ -19,8 +21,10 @@ import numpy as np
 from citerag.eval.stats import wilson
 
 Ranks = Sequence[int | None]
+Chars = Sequence[int | None]  # characters read up to the first correct chunk; None: not in the top DEPTH
 RECALL_KS = (1, 4, 8, 20)
 NDCG_K = 10
+BUDGETS = (1000, 2000, 4000)  # characters: roughly a paragraph, a page, two pages of quoted text
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,29 @@ def summary(ranks: Ranks) -> dict[str, Estimate]:
     out["mrr"] = mrr(ranks)
     out[f"ndcg@{NDCG_K}"] = ndcg_at(ranks)
     return out
+
+
+def chars_to_needle(lengths: Sequence[int], rank: int | None) -> int | None:
+    """Characters read in rank order up to and including the first correct chunk: `lengths` are the quoted
+    contents' lengths in rank order, `rank` 1-based (None: no correct chunk, so no budget reaches it)."""
+    if rank is None:
+        return None
+    if not 1 <= rank <= len(lengths):
+        raise ValueError(f"rank {rank} outside the {len(lengths)} hits")
+    return sum(lengths[:rank])
+
+
+def within(chars: int | None, budget: int) -> bool:
+    return chars is not None and chars <= budget
+
+
+def budget_at(chars: Chars, budget: int) -> Estimate:
+    return estimate(sum(within(c, budget) for c in chars), len(chars))
+
+
+def budget_summary(chars: Chars, budgets: Sequence[int] = BUDGETS) -> dict[str, Estimate]:
+    """budget@B for each B: reported beside `summary`, under its own names so no Recall@k key changes."""
+    return {f"budget@{b}": budget_at(chars, b) for b in budgets}
 
 
 def latency(seconds: Sequence[float]) -> dict[str, Any]:

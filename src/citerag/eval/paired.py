@@ -1,12 +1,16 @@
 """Paired comparisons: two configurations answered the same queries, so count only the discordant
-ones (one finds the needle within k, the other does not) and apply the exact sign test."""
+ones (one finds the needle within k, the other does not) and apply the exact sign test.
+
+The same at a context budget: on `chars` (characters of quoted content read up to the first correct chunk),
+fewer is better, and a miss (None) costs more than any hit."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from citerag.eval.metrics import RECALL_KS, hit_at, reciprocal_rank
+from citerag.eval.metrics import RECALL_KS, hit_at, reciprocal_rank, within
 from citerag.eval.stats import sign_test
 
 
@@ -41,3 +45,25 @@ def paired_rr(a: Mapping[str, int | None], b: Mapping[str, int | None]) -> dict[
     wins = sum(reciprocal_rank(a[q]) > reciprocal_rank(b[q]) for q in shared)
     losses = sum(reciprocal_rank(a[q]) < reciprocal_rank(b[q]) for q in shared)
     return {"wins": wins, "losses": losses, "p": round(sign_test(wins, losses), 6)}
+
+
+def _cost(chars: int | None) -> float:
+    return math.inf if chars is None else float(chars)
+
+
+def paired_chars(a: Mapping[str, int | None], b: Mapping[str, int | None]) -> dict[str, float]:
+    """Sign test on characters read to the needle: wins are queries where `a` reaches it in fewer characters,
+    losses the reverse; a miss counts as infinitely many, so both missed (or the same count) is a tie, left out."""
+    shared = a.keys() & b.keys()
+    wins = sum(_cost(a[q]) < _cost(b[q]) for q in shared)
+    losses = sum(_cost(a[q]) > _cost(b[q]) for q in shared)
+    return {"wins": wins, "losses": losses, "p": round(sign_test(wins, losses), 6)}
+
+
+def paired_budget(a: Mapping[str, int | None], b: Mapping[str, int | None], budget: int) -> Paired:
+    """As `paired_at`, at a context budget: wins are queries `a` answers within `budget` characters and `b`
+    does not (`Paired.k` holds the budget)."""
+    shared = a.keys() & b.keys()
+    wins = sum(within(a[q], budget) and not within(b[q], budget) for q in shared)
+    losses = sum(within(b[q], budget) and not within(a[q], budget) for q in shared)
+    return Paired(budget, wins, losses, sign_test(wins, losses))

@@ -120,7 +120,8 @@ def replay(collection: Any, old: dict[str, Any]) -> Replay:
     elif old["operation"] == "ask":
         trace_id = collection.ask(old["question"], AskOptions(
             mode=o["mode"], k=o["k"], rerank_model=o["rerank_model"], shortlist=o["shortlist"],
-            threshold=o["threshold"], max_sources=o["max_sources"], generator=o["generator"])).trace_id
+            threshold=o["threshold"], max_sources=o["max_sources"], generator=o["generator"],
+            lexical_threshold=o.get("lexical_threshold"))).trace_id
     else:
         raise CiteragError(f"trace {old['trace_id']} is a {old['operation']}, not a query: only queries replay")
     new = collection.trace(trace_id) if trace_id else None

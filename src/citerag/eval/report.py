@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import statistics
 from datetime import UTC, datetime
 from typing import Any
 
 from citerag import PIPELINE_VERSION, __version__
 from citerag.eval.calibrate import Calibration, Scored, calibrate
 from citerag.eval.gate import GateResult
-from citerag.eval.metrics import RECALL_KS, estimate, latency, recall_curve, summary
-from citerag.eval.paired import paired, paired_rr
+from citerag.eval.metrics import BUDGETS, RECALL_KS, budget_summary, estimate, latency, recall_curve, summary
+from citerag.eval.paired import paired, paired_chars, paired_rr
 from citerag.eval.runner import DEPTH, QueryResult, Run
 from citerag.eval.truth import OodQuery, Question, fingerprint
 from citerag.settings import DEFAULT_ENCODER
@@ -72,13 +73,14 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
     configurations = []
     for s in run.setups:
         ranks = [r.rank for r in run.answerable[s.id].values()]
+        chars = [r.chars for r in run.answerable[s.id].values()]
         info = index_of[(s.embedder, s.strategy)]
         cal = calibrate(_scored(run.answerable[s.id]), _scored(run.ood[s.id]), cost_ratio, max_sources,
                         reference_threshold)
         configurations.append({
             "id": s.id, "embedder": s.embedder, "strategy": s.strategy, "retriever": s.retriever,
             "queries": len(ranks),
-            "metrics": {name: e.as_json() for name, e in summary(ranks).items()},
+            "metrics": {name: e.as_json() for name, e in {**summary(ranks), **budget_summary(chars)}.items()},
             "destroyed": info.destroyed,
             "destroyed_share": estimate(len(info.destroyed), len(truths)).as_json(),
             "recall_curve": [round(x, 6) for x in recall_curve(ranks, DEPTH)],
@@ -94,8 +96,10 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
     for a, b in itertools.combinations(run.setups, 2):
         ra = {q: r.rank for q, r in run.answerable[a.id].items()}
         rb = {q: r.rank for q, r in run.answerable[b.id].items()}
+        ca = {q: r.chars for q, r in run.answerable[a.id].items()}
+        cb = {q: r.chars for q, r in run.answerable[b.id].items()}
         pair = {"a": a.id, "b": b.id, "tests": [t.as_json() for t in paired(ra, rb, RECALL_KS)],
-                "rr": paired_rr(ra, rb)}
+                "rr": paired_rr(ra, rb), "chars": paired_chars(ca, cb)}
         if a.id in run.phrases and b.id in run.phrases:
             pa = {q: r.rank for q, r in run.phrases[a.id].items()}
             pb = {q: r.rank for q, r in run.phrases[b.id].items()}
@@ -106,7 +110,8 @@ def build_report(run: Run, questions: list[Question], ood: list[OodQuery], setti
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "citerag_version": __version__,
         "pipeline_version": PIPELINE_VERSION,
-        "settings": {**settings, "depth": DEPTH, "recall_ks": list(RECALL_KS), "cost_ratio": cost_ratio,
+        "settings": {**settings, "depth": DEPTH, "recall_ks": list(RECALL_KS),
+                     "budgets": list(BUDGETS), "cost_ratio": cost_ratio,
                      "reference_threshold": reference_threshold, "max_sources": max_sources,
                      "match": "whitespace-collapsed needle in the chunk's embedded text less its contextual header"},
         "ground_truth": {"questions": len(questions), "truths": truths, "ood": len(ood),
@@ -167,6 +172,29 @@ def headline_rows(report: dict[str, Any]) -> list[list[str]]:
 HEADLINE_HEAD = ["strategy", "retriever", "embedder", "R@1", "R@4", "R@8", "R@20", "MRR", "nDCG@10", "destroyed"]
 
 
+def budget_head(report: dict[str, Any]) -> list[str]:
+    return ["configuration", *[f"B@{b}" for b in report["settings"]["budgets"]], "R@20", "median chars"]
+
+
+def budget_rows(report: dict[str, Any]) -> list[list[str]]:
+    """Recall at each context budget beside R@20 (its ceiling: a needle not retrieved is never read), and the
+    median characters read to the needle over the queries that reach it."""
+    rows = []
+    for c in report["configurations"]:
+        m = c["metrics"]
+        found = sorted(r["chars"] for r in report["queries"]["answerable"][c["id"]].values()
+                       if r.get("chars") is not None)
+        median = "-" if not found else f"{statistics.median(found):.0f}"
+        rows.append([c["id"], *[_est(m[f"budget@{b}"]) for b in report["settings"]["budgets"]],
+                     _est(m["recall@20"]), median])
+    return rows
+
+
+BUDGET_NOTE = ("B@n: share of answerable queries whose needle is reached within n characters of quoted content "
+               "(each hit's chunk as cited), read in rank order up to and including the first correct chunk. "
+               "Median chars: over the queries whose needle is retrieved.")
+
+
 def _table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -178,6 +206,16 @@ def _p(t: dict[str, Any]) -> str:
     return f"{t['wins']}:{t['losses']} p={t['p']:.3g}{star}"
 
 
+def paired_head(st: dict[str, Any]) -> list[str]:
+    return ["A", "B", *[f"R@{k}" for k in st["recall_ks"]], "RR", "chars"]
+
+
+def paired_rows(report: dict[str, Any]) -> list[list[str]]:
+    """One row per pair: Recall@k tests, then RR and chars ("-" where a pair lacks them)."""
+    return [[p["a"], p["b"], *[_p(t) for t in p["tests"]], *[_p(p[key]) if p.get(key) else "-"
+                                                             for key in ("rr", "chars")]] for p in report["paired"]]
+
+
 def answer_rows(a: dict[str, Any]) -> list[list[str]]:
     ca, ns = a["citation_accuracy"], a["needle_supported"]
     rows = [["in-domain refused", f"{a['refused']['count']}/{a['in_domain']}", _est(a["refused"]["share"])],
@@ -187,6 +225,9 @@ def answer_rows(a: dict[str, Any]) -> list[list[str]]:
              "-" if ca["mean_over_answers"] is None else f"{ca['mean_over_answers']:.3f}"],
             ["needle-supported answers", f"{ns['count']}/{a['in_domain']}", _est(ns["share"])],
             ["answers with no valid citation", str(a["flagged"]), "-"]]
+    g = a.get("gold_answer")
+    if g:
+        rows.append(["gold answer in the answer or its cited quotes", f"{g['count']}/{g['n']}", _est(g)])
     j = a.get("judge")
     if j:
         rows.append([f"judge ({j['generator']}, {j['parsed']}/{j['judged']} parsed)", "-",
@@ -256,7 +297,9 @@ def to_markdown(report: dict[str, Any]) -> str:
         out += ["Ground-truth problems: " + "; ".join(f"{p['truth']}: {p['problem']}" for p in gt["problems"]), ""]
     out += ["## Retrieval", "", _table(HEADLINE_HEAD, headline_rows(report)), "",
             "MRR is over the top 20; nDCG@10 uses binary relevance with the first correct chunk as the only "
-            "relevant item. Destroyed: truths whose needle is in no chunk of the index.", ""]
+            "relevant item. Destroyed: truths whose needle is in no chunk of the index.", "",
+            "## Recall at a context budget", "", _table(budget_head(report), budget_rows(report)), "",
+            BUDGET_NOTE, ""]
     destroyed = {(c["embedder"], c["strategy"]): c["destroyed"] for c in report["configurations"]}
     lost = [f"{e}/{s}: {', '.join(d)}" for (e, s), d in destroyed.items() if d]
     if lost:
@@ -295,18 +338,18 @@ def to_markdown(report: dict[str, Any]) -> str:
                 "answerable and out-of-domain queries together.", ""]
     out += ["## Paired comparisons", "",
             "Wins:losses of A over B on discordant queries, exact two-sided sign test; * p < 0.05. RR: queries "
-            "where A's reciprocal rank is higher : lower.", "",
-            _table(["A", "B", *[f"R@{k}" for k in st["recall_ks"]], "RR"],
-                   [[p["a"], p["b"], *[_p(t) for t in p["tests"]], _p(p["rr"]) if p.get("rr") else "-"]
-                    for p in report["paired"]]), ""]
+            "where A's reciprocal rank is higher : lower. Chars: queries where A reaches the needle in fewer "
+            "characters : more (a miss counts as infinitely many).", "",
+            _table(paired_head(st), paired_rows(report)), ""]
     if report.get("answers"):
         out += answers_markdown(report["answers"])
     base = report.get("baseline")
     if base:
         out += ["## Against the baseline", "", f"Baseline `{base['path']}`: "
                 + ("passed" if base["passed"] else "FAILED: " + "; ".join(base["failures"])), ""]
-        out += [_table(["configuration", *[f"R@{k}" for k in st["recall_ks"]], "newly destroyed"],
-                       [[c["configuration"], *[_p(t) for t in c["tests"]], ", ".join(c["newly_destroyed"]) or "-"]
-                        for c in base["comparisons"]]), ""]
+        out += [_table(["configuration", *[f"R@{k}" for k in st["recall_ks"]], "budget", "newly destroyed"],
+                       [[c["configuration"], *[_p(t) for t in c["tests"]],
+                         f"B@{c['budget']['budget']} {_p(c['budget'])}" if c.get("budget") else "-",
+                         ", ".join(c["newly_destroyed"]) or "-"] for c in base["comparisons"]]), ""]
         out += [f"Note: {n}" for n in base["notes"]]
     return "\n".join(out) + "\n"

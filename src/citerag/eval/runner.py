@@ -21,6 +21,7 @@ from citerag.app.home import Citerag
 from citerag.app.models import SearchOptions
 from citerag.chunk import STRATEGIES
 from citerag.errors import CiteragError
+from citerag.eval.metrics import chars_to_needle
 from citerag.eval.needle import NeedleProblem, check_needles, chunk_body, destroyed
 from citerag.eval.truth import OodQuery, Question
 from citerag.ingest.files import discover
@@ -72,9 +73,13 @@ class QueryResult:
     rank: int | None  # first hit holding the needle; None when none of the top DEPTH does
     correct: list[int]  # every rank holding the needle
     distances: list[float]  # cosine distance per hit, rank order
+    # Characters of quoted content (chunk.content, what a citation shows) read in rank order up to and including
+    # the first correct hit; None when rank is. Defaulted so results built without it (older code) still work.
+    chars: int | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "correct": self.correct, "distances": [round(d, 6) for d in self.distances]}
+        return {"rank": self.rank, "correct": self.correct, "distances": [round(d, 6) for d in self.distances],
+                "chars": self.chars}
 
 
 @dataclass
@@ -188,16 +193,21 @@ def _calibrated(collection: Collection, log: Callable[[str], None]) -> None:
         log(f"refusal rule {collection.name}: not calibrated: {exc}")
 
 
-def _result(hits: Sequence[Any], q: Question | OodQuery, collapsed: dict[int, str]) -> QueryResult:
+def query_result(hits: Sequence[Any], q: Question | OodQuery, collapsed: dict[int, str]) -> QueryResult:
+    """One query's hits (rank order) scored: `collapsed` maps chunk id to its whitespace-collapsed body, which
+    decides correctness; the budget counts `chunk.content` instead, since that is what a reader is shown."""
+    hits = sorted(hits, key=lambda h: h.rank)  # search returns rank order already; the budget depends on it
     needle = collapse(q.needle) if isinstance(q, Question) else None
     correct = [h.rank for h in hits if needle is not None and needle in collapsed[h.chunk.id]]
-    return QueryResult(correct[0] if correct else None, correct, [h.cosine_distance for h in hits])
+    rank = correct[0] if correct else None
+    lengths = [len(h.chunk.content) for h in hits]
+    return QueryResult(rank, correct, [h.cosine_distance for h in hits], chars_to_needle(lengths, rank))
 
 
 def score_queries(collection: Collection, mode: str, queries: Sequence[Question | OodQuery],
                   collapsed: dict[int, str]) -> dict[str, QueryResult]:
     options = SearchOptions(mode=mode, k=DEPTH, rerank_model="")
-    return {q.id: _result(collection.search(q.query, options).hits, q, collapsed) for q in queries}
+    return {q.id: query_result(collection.search(q.query, options).hits, q, collapsed) for q in queries}
 
 
 def score_reranked(collection: Collection, rerank_model: str, shortlist: int, queries: Sequence[Question | OodQuery],
@@ -209,7 +219,7 @@ def score_reranked(collection: Collection, rerank_model: str, shortlist: int, qu
     for q in queries:
         result = collection.search(q.query, options)
         seconds.append(result.timings["rerank"])
-        out[q.id] = _result(result.hits, q, collapsed)
+        out[q.id] = query_result(result.hits, q, collapsed)
     return out
 
 

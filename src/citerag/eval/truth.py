@@ -1,7 +1,8 @@
 """Ground truth as JSONL: answerable questions with a verbatim needle, and out-of-domain queries.
 
-questions.jsonl: {"id", "truth", "style", "query", "needle", "source"} per line; two queries (a doc-style
-and a ticket-style one) may share a truth. ood.jsonl: {"id", "kind", "query"} per line.
+questions.jsonl: {"id", "truth", "style", "query", "needle", "source"} per line, and optionally "answer": the
+gold answer span (SQuAD-style sets such as XQuAD carry one; `eval --generate` checks the answer shown holds it).
+Two queries (a doc-style and a ticket-style one) may share a truth. ood.jsonl: {"id", "kind", "query"} per line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Question:
     query: str
     needle: str
     source: str
+    answer: str | None = None  # gold answer span, when the set has one
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,14 @@ def _read_jsonl(path: Path, keys: tuple[str, ...], optional: tuple[str, ...] = (
 
 
 def load_questions(path: Path) -> list[Question]:
-    return [Question(**row) for row in _read_jsonl(path, QUESTION_KEYS)]
+    rows = _read_jsonl(path, QUESTION_KEYS, optional=("answer",))
+    for row in rows:
+        if row.get("answer") is None:  # absent or null: this question has no gold answer
+            row.pop("answer", None)
+        # A blank gold answer would be "contained" in every answer, a non-string one crash the check: refuse both.
+        elif not isinstance(row["answer"], str) or not row["answer"].strip():
+            raise CiteragError(f"{path}: question {row['id']!r}: \"answer\" must be a non-empty string")
+    return [Question(**row) for row in rows]
 
 
 def load_ood(path: Path) -> list[OodQuery]:
