@@ -27,7 +27,8 @@ ENV_PREFIX = "CITERAG_"
 _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k", "max_file_mb", "rerank_shortlist",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
                   "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep", "semantic_percentile",
-                  "queue_attempts", "queue_lease_s")
+                  "queue_attempts", "queue_lease_s", "lexical_weight",
+                  "lexical_threshold")
 MODES = ("dense", "bm25", "hybrid", "adaptive")  # the retrievers (citerag.search.retriever)
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F", "G"), "mode": MODES,
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw"),
@@ -81,9 +82,13 @@ class Settings(BaseModel):
     # ingest or by `citerag calibrate`) unless a threshold was set explicitly (file, variable, flag or request);
     # with no calibration for the encoder, the threshold. "threshold" always uses the threshold.
     refusal: str = Field(default="calibrated", pattern=r"^(calibrated|threshold)$")
-    # Adaptive: dense (best R@4 and MRR on both dev sets; hybrid wins only R@1), but chunks that hold the query's
-    # words verbatim come first (exact-words R@4 1.00 on both, against dense 0.73 and 0.57); see docs/quality.md.
+    # A hit holding at least this share of the question's lexical evidence (Hit.lexical) may be cited whatever its
+    # distance; 0 = off. The calibrated rule sets its own (fitted with the cut); an explicit threshold keeps this.
+    lexical_threshold: float = Field(default=0.0, ge=0, le=10)
+    # Adaptive: cosine + lexical_weight × BM25 / the question's idf mass (citerag.search.fusion), chunks that hold
+    # the query's words verbatim first; chosen leave-one-set-out on eight dev sets (docs/quality.md).
     mode: str = "adaptive"  # dense | bm25 | hybrid | adaptive
+    lexical_weight: float = Field(default=0.3, ge=0, le=10)
     k: int = Field(default=20, ge=1, le=1000)
     rrf_k: int = Field(default=60, ge=1)
     # Dense search: exact (a scan of every vector; what the evaluation's baseline measures) or hnsw (approximate,

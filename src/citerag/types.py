@@ -123,6 +123,9 @@ class Hit:
     # The query's words occur verbatim in this chunk and in few others (search/phrase.py): decisive lexical
     # evidence, which ranks it first in the adaptive mode and lets the gate keep it whatever its distance.
     exact: bool = False
+    # The share of the question's lexical evidence this chunk holds (BM25 / the question's idf mass,
+    # search/fusion.py; 0 where BM25 did not score it): a calibrated rule also keeps a hit past its lexical cut.
+    lexical: float = 0.0
 
 
 @dataclass

@@ -131,8 +131,12 @@ def test_a_dev_set_folder_is_one_command_and_exact_words_are_scored_apart(tiny_s
     assert report["settings"]["phrases"] == str(tiny_set["phrases"])
     assert report["ground_truth"]["phrases"] == 4 and report["ground_truth"]["questions"] == 8
     answerable, phrases = report["queries"]["answerable"], report["queries"]["phrases"]
-    # Questions are never pasted text: adaptive ranks them exactly as dense does.
-    assert answerable["E/adaptive/all-MiniLM-L6-v2"] == answerable["E/dense/all-MiniLM-L6-v2"]
+    # Questions are never pasted text: adaptive ranks them by cosine and lexical evidence, not as exact words
+    # (the distances it reports are dense's own, in its own order).
+    adaptive, dense = answerable["E/adaptive/all-MiniLM-L6-v2"], answerable["E/dense/all-MiniLM-L6-v2"]
+    assert adaptive.keys() == dense.keys()
+    assert all(min(adaptive[q]["distances"]) == pytest.approx(min(dense[q]["distances"]), abs=1e-6)
+               for q in dense)
     # Pasted words: each found first by adaptive; dense ranks some of them lower.
     assert {q: r["rank"] for q, r in phrases["E/adaptive/all-MiniLM-L6-v2"].items()} == {
         "dr-x01": 1, "dr-x02": 1, "dr-x18": 1, "dr-x19": 1}

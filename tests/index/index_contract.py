@@ -13,6 +13,7 @@ vectors; texts are the real chunks of the BM25 reference fixture, whose scores t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,27 @@ class LexicalIndexContract(Durable):
         self.assert_reference_scores(index, corpus)
         index = self.reopen(tmp_path, self.persist(index, tmp_path))
         self.assert_reference_scores(index, corpus)
+
+    def test_query_mass_is_the_idf_sum_of_the_query_terms_over_the_live_chunks(self, tmp_path: Path) -> None:
+        docs = BM25_FIXTURE["docs"]
+        corpus, index = Corpus(), self.make()
+        assert index.query_mass("anything at all") == 0.0  # an empty index
+        for doc in range(4):
+            index.add(corpus.document(doc, unit(30, doc), docs[doc * 30:(doc + 1) * 30]))
+        index = self.reopen(tmp_path, self.persist(index, tmp_path))
+        index.remove_documents([1])
+        corpus.remove(1)
+        reference = BM25([corpus.texts[i] for i in sorted(corpus.texts)])
+        n = len(corpus.texts)
+        for query in [*BM25_FIXTURE["queries"][:20], "zqxjv wqpzk", "the the kernel"]:
+            assert abs(index.query_mass(query) - reference.query_mass(query)) <= 1e-9
+        # A word no chunk holds counts at df = 0, the most a word can weigh; a repeated word counts again.
+        assert index.query_mass("zqxjv") == pytest.approx(math.log(1 + (n + 0.5) / 0.5))
+        assert index.query_mass("zqxjv zqxjv") == pytest.approx(2 * index.query_mass("zqxjv"))
+        assert index.query_mass("") == 0.0
+        # BM25 / mass: a chunk of average length holding each query word once scores about the mass.
+        ids, scores = index.search(BM25_FIXTURE["queries"][0], 1)
+        assert 0 < scores[0] / index.query_mass(BM25_FIXTURE["queries"][0]) < 3
 
     def test_a_reader_of_an_older_state_is_undisturbed(self, tmp_path: Path) -> None:
         docs = BM25_FIXTURE["docs"]

@@ -6,6 +6,7 @@ questions only judge it here (those whose needle is in these chapters, and its f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -22,7 +23,7 @@ from citerag.ingest.files import Source
 from citerag.lang import detect
 from citerag.refusal import RefusalRule
 from citerag.refusal.bank import BANK_LANGUAGES, load_bank
-from citerag.refusal.calibrate import MIN_SYNTHETIC, TooSmall, choose_cut, needs_refit
+from citerag.refusal.calibrate import MIN_SYNTHETIC, TooSmall, choose_cut, lexical_cut, needs_refit
 from citerag.refusal.synthetic import PHRASINGS, synthetic_questions
 from citerag.settings import DEFAULT_ENCODER, Settings
 from corpus_paths import DEV_CORPUS, DEV_SET
@@ -111,10 +112,15 @@ def test_cli_status_and_calibrate_show_the_rule(index: Path, capsys: pytest.Capt
     data = json.loads(out)
     cut = data["calibration"]["threshold"]
     assert data["rule"] == "calibrated" and data["threshold"] == cut
+    lexical = data["calibration"]["lexical_threshold"]
+    assert data["lexical_threshold"] == lexical and lexical is not None and 0 < lexical < 2
     status = run("status", "--index", str(index))
-    assert f"refusal rule: cosine distance < {cut:.3f} (calibrated " in status
+    assert f"refusal rule: cosine distance < {cut:.3f} or lexical evidence >= {lexical:.3f} (calibrated " in status
     assert f"refuses {data['calibration']['synthetic_refused']}/{data['calibration']['synthetic']} synthetic" in status
-    assert json.loads(run("status", "--index", str(index), "--json"))["refusal"]["threshold"] == cut
+    assert "retriever: adaptive (minilm+use): exact words first, then cosine + 0.3 x BM25" in status
+    shown = json.loads(run("status", "--index", str(index), "--json"))
+    assert shown["refusal"]["threshold"] == cut and shown["refusal"]["lexical_threshold"] == lexical
+    assert shown["retriever"]["mode"] == "adaptive" and shown["retriever"]["lexical_weight"] == 0.3
 
 
 def test_an_upload_leaves_a_new_collection_calibrated(tmp_path: Path) -> None:
@@ -163,6 +169,31 @@ def test_choose_cut_weighs_a_bluff_as_three_refusals() -> None:
     assert 0.3 < cut < 0.35
 
 
+def test_the_lexical_cut_gives_back_refusals_and_lands_above_the_banks_evidence() -> None:
+    cut = 0.5
+    # 80 synthetic questions answered on distance; of the 20 it refuses, 15 hold most of their words in one chunk.
+    inside = [(0.3, 0.9)] * 80 + [(0.7, 0.95)] * 15 + [(0.7, 0.2)] * 5
+    outside = [(0.8, 0.25)] * 90 + [(0.8, 0.45)] * 9 + [(0.8, 0.97)]  # one bank question happens to match well
+    lexical = lexical_cut(inside, outside, cut)
+    assert lexical is not None and 0.45 < lexical < 0.95  # gives back the 15, answers none of the 99
+    # Nothing refused by distance: nothing to give back, no lexical cut.
+    assert lexical_cut([(0.3, 0.9)] * 20, outside, cut) is None
+    # Giving back 1 refusal of 100 would answer 10 bank questions of 100: not worth it at three refusals a bluff.
+    lone = lexical_cut([(0.3, 0.9)] * 99 + [(0.7, 0.5)], [(0.8, 0.6)] * 10 + [(0.8, 0.2)] * 90, cut)
+    assert lone is not None and lone > 0.6
+
+
+def test_the_gate_keeps_a_hit_past_the_lexical_cut_whatever_its_distance(app: Citerag) -> None:
+    hits = app.search("What does nodev mean for a filesystem?").hits
+    far = [dataclasses.replace(h, cosine_distance=1.5, exact=False) for h in hits]
+    rule = app.collection().refusal_rule()
+    assert rule is not None and rule.lexical_threshold is not None
+    assert rule.gate(far, 4) == [h for h in far if h.lexical >= rule.lexical_threshold][:4]
+    strong = [dataclasses.replace(far[0], lexical=rule.lexical_threshold)]
+    assert rule.gate(strong, 4) == strong
+    assert dataclasses.replace(rule, lexical_threshold=None).gate(strong, 4) == []  # a version-2 rule
+
+
 def test_a_rule_stored_before_languages_were_recorded_loads_as_english() -> None:
     stored = {"threshold": 0.561, "encoder": "all-MiniLM-L6-v2", "fitted_at": "2024-05-01T10:00:00+00:00",
               "documents": 14, "chunks": 1343, "synthetic": 200, "synthetic_refused": 15, "bank": 219,
@@ -170,6 +201,7 @@ def test_a_rule_stored_before_languages_were_recorded_loads_as_english() -> None
               "synthetic_best": [0.12, 0.39, 0.76], "bank_best": [0.45, 0.76, 0.86]}
     rule = RefusalRule.from_json(json.dumps(stored))
     assert rule.languages == ["en"] and rule.language_shares == {} and rule.version == 1
+    assert rule.lexical_threshold is None  # distance alone, as it was fitted
     assert "all-MiniLM-L6-v2, en): refuses 15/200" in rule.describe()
 
 

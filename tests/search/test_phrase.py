@@ -73,12 +73,21 @@ def test_dense_misses_pasted_words_that_adaptive_ranks_first_and_answers(mixed: 
         assert all(PASTED not in collapse(c.quote) for c in wrong.citations)
 
 
-def test_questions_rank_as_dense_and_out_of_domain_ones_are_still_refused(mixed: Settings) -> None:
+def test_questions_rank_by_cosine_and_lexical_evidence_and_out_of_domain_ones_are_still_refused(
+        mixed: Settings) -> None:
+    questions = ("Which private address ranges will never conflict with addresses on the Internet?",
+                 "How can a deleted file that a process still holds open be recovered?")
     with Citerag.open(mixed) as app:
-        for question in ("Which private address ranges will never conflict with addresses on the Internet?",
-                         "How can a deleted file that a process still holds open be recovered?"):
-            dense = app.search(question, SearchOptions(mode="dense")).hits
-            adaptive = app.search(question).hits
-            assert [h.chunk.id for h in adaptive] == [h.chunk.id for h in dense]
-            assert not any(h.exact for h in adaptive)
+        for question in questions:
+            hits = app.search(question).hits
+            assert not any(h.exact for h in hits)
+            # An English question ranks with the index's own cosine plus 0.3 x its share of the lexical evidence.
+            scores = [1.0 - h.cosine_distance + mixed.lexical_weight * h.lexical for h in hits]
+            assert [h.score for h in hits] == pytest.approx(scores, abs=1e-6)
+            assert scores == sorted(scores, reverse=True)
+            assert any(h.lexical > 0 for h in hits)
         assert app.ask("How long should I boil an egg for a soft yolk?").refused
+    with Citerag.open(mixed.with_changes(lexical_weight=0.0)) as app:  # no lexical weight: exactly dense
+        for question in questions:
+            dense = app.search(question, SearchOptions(mode="dense")).hits
+            assert [h.chunk.id for h in app.search(question).hits] == [h.chunk.id for h in dense]

@@ -33,14 +33,15 @@ def test_an_answered_question_has_a_span_per_stage(notes_app: Citerag, exported:
     assert answer.as_json()["trace_id"] == answer.trace_id
     spans = trace_of(exported, answer.trace_id)
     assert set(spans) == {"citerag.ask", "citerag.answer_cache", "citerag.embed_query", "citerag.retrieve",
-                          "citerag.retriever", "citerag.dense", "citerag.bm25", "citerag.gate", "citerag.cite",
-                          "citerag.generate", "citerag.check"}  # adaptive: dense, and BM25 for exact words
+                          "citerag.retriever", "citerag.dense", "citerag.bm25", "citerag.fusion", "citerag.gate",
+                          "citerag.cite", "citerag.generate", "citerag.check"}  # adaptive: dense and BM25, fused
     root = spans["citerag.ask"]
     assert root.parent is None and attrs(root)[OPERATION] == "ask"
     assert all(s.parent is not None and s.parent.span_id == root.context.span_id  # type: ignore[union-attr]
                for name, s in spans.items()
-               if name not in ("citerag.ask", "citerag.retriever", "citerag.dense", "citerag.bm25"))
+               if name not in ("citerag.ask", "citerag.retriever", "citerag.dense", "citerag.bm25", "citerag.fusion"))
     assert spans["citerag.dense"].parent.span_id == spans["citerag.retriever"].context.span_id  # type: ignore
+    assert spans["citerag.fusion"].parent.span_id == spans["citerag.retriever"].context.span_id  # type: ignore
     assert spans["citerag.bm25"].parent.span_id == spans["citerag.retriever"].context.span_id  # type: ignore
     assert spans["citerag.retriever"].parent.span_id == spans["citerag.retrieve"].context.span_id  # type: ignore
     assert attrs(root)["citerag.options.mode"] == "adaptive" and attrs(root)["citerag.refused"] is False
@@ -97,7 +98,7 @@ def test_a_streamed_answer_and_a_search_are_traced(notes_app: Citerag, exported:
     result = notes_app.search("ferry pier")
     spans = trace_of(exported, result.trace_id)  # type: ignore[arg-type]
     assert set(spans) == {"citerag.search", "citerag.embed_query", "citerag.retrieve", "citerag.retriever",
-                          "citerag.dense", "citerag.bm25"}
+                          "citerag.dense", "citerag.bm25", "citerag.fusion"}
     assert attrs(spans["citerag.search"])["citerag.hits.chunk_ids"] == [h.chunk.id for h in result.hits]
     # Hybrid: the dense and BM25 rankings and their fusion, each a span with the chunk ids it returned.
     hybrid = notes_app.search("ferry pier", SearchOptions(mode="hybrid", k=3))

@@ -54,8 +54,9 @@ def gate_hits(hits: list[Hit], settings: Settings, rule: str = "threshold") -> t
     hits; empty means NO ANSWER. `rule` names where settings.threshold came from, for the trace."""
     with tracer.start_as_current_span("citerag.gate") as span:
         best = min((h.cosine_distance for h in hits), default=None)
-        kept = gate(hits, settings.threshold, settings.max_sources)
+        kept = gate(hits, settings.threshold, settings.max_sources, settings.lexical_threshold or None)
         span.set_attributes({"citerag.gate.threshold": settings.threshold, "citerag.gate.rule": rule,
+                             "citerag.gate.lexical_threshold": settings.lexical_threshold,
                              "citerag.gate.max_sources":
                              settings.max_sources, "citerag.gate.decision": "answered" if kept else "refused",
                              "citerag.gate.kept": len(kept), **hit_attributes("citerag.hits", kept)})

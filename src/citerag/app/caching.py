@@ -12,9 +12,9 @@ GENERATOR_SETTINGS = {"generator", "embedding_model", "llm_model_path", "llm_con
                       "llm_temperature", "openai_base_url", "openai_model", "openai_api_key_env", "openai_stream",
                       "generator_timeout", "generator_retries"}
 # What a retrieval's result depends on besides the store's generation; an answer also on the gate and the generator.
-RETRIEVAL_SETTINGS = {"mode", "k", "rrf_k", "rerank_model", "rerank_shortlist", "embedding_model", "vector_index",
-                      "lexical"}
-ANSWER_SETTINGS = {"threshold", "max_sources", "refusal"} | GENERATOR_SETTINGS
+RETRIEVAL_SETTINGS = {"mode", "lexical_weight", "k", "rrf_k", "rerank_model", "rerank_shortlist", "embedding_model",
+                      "vector_index", "lexical"}
+ANSWER_SETTINGS = {"threshold", "lexical_threshold", "max_sources", "refusal"} | GENERATOR_SETTINGS
 
 
 def cache_key(level: str, parts: dict[str, Any]) -> str:

@@ -18,12 +18,14 @@ from citerag.app.models import (
     DocumentStatus,
     EmptyCollection,
     RefusalStatus,
+    RetrieverStatus,
     SearchOptions,
 )
-from citerag.app.query import Query, best_distances, trace_options
+from citerag.app.query import Query, best_signals, trace_options
 from citerag.app.shared import Shared
 from citerag.app.unserved import Unserved
 from citerag.backends import open_backend
+from citerag.embed.fused import foreign_share
 from citerag.errors import CiteragError
 from citerag.ingest.files import Discovered, IngestReport, Outcome, Source, discover
 from citerag.ingest.indexer import Indexer, Progress, is_stale
@@ -110,7 +112,7 @@ class Collection:
             raise EmptyCollection(f"the index at {self.location} has no indexed documents: "
                                   "run `citerag ingest PATH` first")
         rule = fit_rule(chunks, len(documents), self.settings.embedding_model,
-                        lambda queries: best_distances(self, queries))
+                        lambda queries: best_signals(self, queries))
         self.store.save_refusal_rule(rule.encoder, rule.to_json())
         self.last_calibration = rule
         return rule
@@ -204,19 +206,28 @@ class Collection:
     def status(self) -> CollectionStatus:
         rows = [DocumentStatus(d, is_stale(d, self.indexer.stamps_for(d.name))) for d in self.store.documents()]
         newer = {name: (getattr(self.settings, name), default) for name, default in self.newer_defaults.items()}
-        return CollectionStatus(self.name, self.location, rows, self.refusal_status(self.settings), newer)
+        return CollectionStatus(self.name, self.location, rows, self.refusal_status(self.settings), newer,
+                                self.retriever_status(self.settings))
+
+    def retriever_status(self, settings: Settings) -> RetrieverStatus:
+        """How these settings rank questions (status, the API's collection view)."""
+        return RetrieverStatus(settings.mode, settings.lexical_weight, foreign_share(settings.embedding_model),
+                               settings.embedding_model)
 
     def refusal_status(self, settings: Settings) -> RefusalStatus:
         """The rule that refuses questions under these settings (the collection's, or a request's)."""
         rule = self.refusal_rule()
+        lexical = settings.lexical_threshold or None
         if settings.refusal == "threshold":
-            return RefusalStatus("threshold", settings.threshold, "refusal = \"threshold\"", rule)
+            return RefusalStatus("threshold", settings.threshold, "refusal = \"threshold\"", rule, lexical)
         if "threshold" in settings.model_fields_set:
-            return RefusalStatus("threshold", settings.threshold, "a threshold was set explicitly", rule)
+            return RefusalStatus("threshold", settings.threshold, "a threshold was set explicitly", rule, lexical)
         if rule is None:
             return RefusalStatus("threshold", settings.threshold,
-                                 f"no calibration for {settings.embedding_model} yet (`citerag calibrate`)")
-        return RefusalStatus("calibrated", rule.threshold, "calibrated for this collection", rule)
+                                 f"no calibration for {settings.embedding_model} yet (`citerag calibrate`)", None,
+                                 lexical)
+        return RefusalStatus("calibrated", rule.threshold, "calibrated for this collection", rule,
+                             rule.lexical_threshold)
 
     def chunk_stats(self) -> dict[int, ChunkStats]:
         return dict(self.store.chunk_stats())

@@ -32,10 +32,11 @@ class AskOptions(SearchOptions):
     threshold: float | None = None
     max_sources: int | None = None
     generator: str | None = None
+    lexical_threshold: float | None = None  # with an explicit threshold (a replay passes the rule's own)
 
     def changes(self) -> dict[str, Any]:
         return {**super().changes(), "threshold": self.threshold, "max_sources": self.max_sources,
-                "generator": self.generator}
+                "generator": self.generator, "lexical_threshold": self.lexical_threshold}
 
 
 @dataclass
@@ -58,10 +59,35 @@ class RefusalStatus:
     threshold: float  # the cut in use
     reason: str  # why this rule (no calibration yet, set explicitly, ...)
     calibration: RefusalRule | None = None  # the collection's calibration for its encoder, used or not
+    lexical_threshold: float | None = None  # the lexical cut in use (None: distance and exact words only)
 
     def as_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "threshold": self.threshold, "reason": self.reason,
+        return {"rule": self.rule, "threshold": self.threshold, "lexical_threshold": self.lexical_threshold,
+                "reason": self.reason,
                 "calibration": None if self.calibration is None else dataclasses.asdict(self.calibration)}
+
+
+@dataclass(frozen=True)
+class RetrieverStatus:
+    """How questions are ranked here: the mode and, for the default (adaptive), its weights and where they come
+    from (citerag.search.fusion; chosen leave-one-set-out on the dev sets, the same for every collection)."""
+
+    mode: str
+    lexical_weight: float  # BM25 / idf mass is added to the cosine with this weight (adaptive)
+    foreign_share: float | None  # the English-only models' share for a question not in English (fused encoders)
+    encoder: str
+
+    def describe(self) -> str:
+        if self.mode != "adaptive":
+            return f"{self.mode} ({self.encoder})"
+        share = ("" if self.foreign_share is None else
+                 f"; a question not in English ranks with the English-only model at {self.foreign_share:g} of the "
+                 "cosine")
+        return (f"adaptive ({self.encoder}): exact words first, then cosine + {self.lexical_weight:g} x BM25 / the "
+                f"question's idf mass{share}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "description": self.describe()}
 
 
 @dataclass
@@ -72,6 +98,7 @@ class CollectionStatus:
     refusal: RefusalStatus | None = None
     # Settings whose newer default the collection does not follow (kept from its documents): name → (kept, default).
     newer_defaults: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    retriever: RetrieverStatus | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -89,6 +116,7 @@ class CollectionStatus:
     def as_json(self) -> dict[str, Any]:
         return {"collection": self.collection, "index": self.location, "counts": self.counts,
                 "refusal": None if self.refusal is None else self.refusal.as_json(),
+                "retriever": None if self.retriever is None else self.retriever.as_json(),
                 "documents": [r.as_json() for r in self.documents]} | \
             ({"newer_defaults": {k: {"kept": v[0], "default": v[1]} for k, v in self.newer_defaults.items()}}
              if self.newer_defaults else {})

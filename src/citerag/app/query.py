@@ -25,7 +25,9 @@ from citerag.answer.pipeline import answer_events, gate_hits, retrieve
 from citerag.app.caching import ANSWER_SETTINGS, RETRIEVAL_SETTINGS, cache_key
 from citerag.app.models import AskOptions, EmptyCollection, RefusalStatus, SearchOptions, check_text
 from citerag.app.shared import Shared
+from citerag.embed.fused import ranking_vector
 from citerag.index.base import SearchBackend
+from citerag.lang import detect
 from citerag.search import Retriever
 from citerag.search.retriever import hits_from_rows
 from citerag.settings import Settings
@@ -60,6 +62,7 @@ def trace_options(settings: Settings) -> dict[str, Any]:
     """What a replay passes again (AskOptions' fields, as this query resolved them)."""
     return {"mode": settings.mode, "k": settings.k, "rerank_model": settings.rerank_model,
             "shortlist": settings.rerank_shortlist, "threshold": settings.threshold,
+            "lexical_threshold": settings.lexical_threshold,
             "max_sources": settings.max_sources, "generator": settings.generator}
 
 
@@ -83,7 +86,8 @@ def open_retriever(host: Host, embed: Callable[[str], np.ndarray] | None = None)
         s = host.settings
         yield Retriever(indexes.vector, indexes.lexical, view,
                         embed or (lambda q: host.app.query_vector(model, q, s.cache_url, s.cache_query_ttl)),
-                        rrf_k=s.rrf_k)
+                        rrf_k=s.rrf_k, lexical_weight=s.lexical_weight,
+                        rank_vector=lambda q, v: ranking_vector(model, v, detect(q)))
     if rebuilt:  # built from the whole store: save it so that the next process need not
         host.persist_indexes()
 
@@ -124,7 +128,7 @@ class Query:
         # (in the answer cache's key, the trace's options and a replay's), and `rule` says where it came from.
         rule = host.refusal_status(settings)
         if rule.rule == "calibrated":
-            settings = settings.with_changes(threshold=rule.threshold)
+            settings = settings.with_changes(threshold=rule.threshold, lexical_threshold=rule.lexical_threshold)
         self = cls(host, settings)
         self.cache.update(query=False, retrieval=False, answer=False)
         # The question's trace: its span is current while each event is computed (see traced_events).
@@ -230,7 +234,7 @@ class Query:
                 hits = retrieve(query, retriever, settings, self.shared.reranker(settings.rerank_model),
                                 self.timings)
                 if settings.cache_retrieval_ttl > 0:
-                    rows = [[h.chunk.id, h.rank, h.score, h.cosine_distance, h.exact] for h in hits]
+                    rows = [[h.chunk.id, h.rank, h.score, h.cosine_distance, h.exact, h.lexical] for h in hits]
                     self.shared.cache(url).set(key, json.dumps(rows).encode(), settings.cache_retrieval_ttl)
             span.set_attributes({"citerag.cache.hit": blob is not None, "citerag.mode": settings.mode,
                                  "citerag.k": settings.k, "citerag.generation": retriever.view.generation,
@@ -263,15 +267,19 @@ class Query:
                 **caller_attributes()}
 
 
-def best_distances(host: Host, queries: Sequence[str]) -> list[float]:
-    """Each question's smallest cosine distance to a chunk (dense search), without traces or caches of results:
+def best_signals(host: Host, queries: Sequence[str]) -> list[tuple[float, float]]:
+    """Each question's smallest cosine distance to a chunk (dense search) and the largest share of its lexical
+    evidence one chunk holds (BM25's best / the question's idf mass), without traces or caches of results:
     calibration questions are no user's questions."""
     s = host.settings
     vectors = host.app.embed_queries(s.embedding_model, queries, s.cache_url, s.cache_query_ttl)
     out = []
     with open_retriever(host) as retriever:
         assert retriever.vector is not None  # open_retriever refuses an empty collection
-        for vector in vectors:
+        for query, vector in zip(queries, vectors, strict=True):
             _, similarity = retriever.vector.search(vector, 1)
-            out.append(1.0 - float(similarity[0]) if len(similarity) else 2.0)
+            _, scores = retriever.lexical.search(query, 1)
+            mass = retriever.lexical.query_mass(query)
+            out.append((1.0 - float(similarity[0]) if len(similarity) else 2.0,
+                        float(scores[0]) / mass if len(scores) and mass > 0 else 0.0))
     return out

@@ -63,7 +63,10 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
 
 def _echo_refusal_use(refusal: RefusalStatus) -> None:
     if refusal.rule == "calibrated":
-        click.echo(f"in use: questions are refused unless a hit lies under cosine distance {refusal.threshold:.3f}")
+        lexical = ("" if refusal.lexical_threshold is None else
+                   f" or holds {refusal.lexical_threshold:.3f} of the question's lexical evidence")
+        click.echo(f"in use: questions are refused unless a hit lies under cosine distance {refusal.threshold:.3f}"
+                   + lexical)
     else:
         click.echo(f"in use: the threshold {refusal.threshold:g} ({refusal.reason})")
 
@@ -224,6 +227,8 @@ def status(index: str | None, as_json: bool) -> None:
         rule = report.refusal.calibration
         click.echo(f"refusal rule: {rule.describe()}" if rule is not None else "refusal rule: not calibrated")
         _echo_refusal_use(report.refusal)
+    if report.retriever is not None:
+        click.echo(f"retriever: {report.retriever.describe()}")
     for note in report.notes:
         click.echo(note)
     for row in report.documents:

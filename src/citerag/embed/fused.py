@@ -24,6 +24,14 @@ from citerag.embed.base import Encoder, check_unit, encode_queries
 SEPARATOR = "+"
 # Short names a fused model's name is written with, and the packaged model each stands for.
 PARTS = {"minilm": "all-MiniLM-L6-v2", "use": "use-multilingual-v3", "e5": "multilingual-e5-small"}
+# Each packaged model's dimension (a test checks them against the loaded models): a query is weighted per block
+# without loading anything.
+DIMS = {"all-MiniLM-L6-v2": 384, "use-multilingual-v3": 512, "multilingual-e5-small": 384}
+ENGLISH_ONLY = frozenset({"all-MiniLM-L6-v2"})
+# The share of the English-only models in the ranking of a question not in English (English questions: an equal
+# share each, the index's own cosine). Chosen leave-one-set-out on the eight dev sets (docs/quality.md): 0.3 in
+# every fold; MiniLM reads German poorly, yet dropping it (0.0) ranks worse than keeping a little.
+FOREIGN_SHARE = 0.3
 
 
 def part_names(name: str) -> list[str] | None:
@@ -32,6 +40,31 @@ def part_names(name: str) -> list[str] | None:
     if len(short) < 2 or len(set(short)) != len(short) or not all(s in PARTS for s in short):
         return None
     return [PARTS[s] for s in short]
+
+
+def foreign_share(name: str) -> float | None:
+    """FOREIGN_SHARE where `name` is a fused encoder with an English-only and a multilingual part, else None."""
+    names = part_names(name)
+    if names is None:
+        return None
+    english = [n in ENGLISH_ONLY for n in names]
+    return FOREIGN_SHARE if any(english) and not all(english) else None
+
+
+def ranking_vector(name: str, vector: np.ndarray, language: str, share: float = FOREIGN_SHARE) -> np.ndarray:
+    """The query vector whose dot product with a chunk's fused vector is the models' cosines weighted for a question
+    in `language`: unchanged for English or for an encoder that is not fused (or has no English-only part), else
+    the English-only models' blocks scaled to `share` in all and the others' to the rest."""
+    names = part_names(name)
+    if names is None or language == "en" or foreign_share(name) is None:
+        return vector
+    english = [n in ENGLISH_ONLY for n in names]
+    shares = [share / sum(english) if e else (1 - share) / (len(names) - sum(english))
+              for e in english]
+    # A block holds the model's unit vector / sqrt(n); its dot product with a chunk's counts 1/n of the cosine.
+    scale = np.concatenate([np.full(DIMS[n], w * len(names), dtype=np.float32)
+                            for n, w in zip(names, shares, strict=True)])
+    return np.asarray(vector, dtype=np.float32) * scale
 
 
 class FusedEncoder:

@@ -7,7 +7,8 @@ at a time. Rows are an index's own layout (appended, tombstoned, compacted); cal
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from citerag.store.base import ChunkBatch, Store, StoreView
+
+
+def idf_mass(n: int, df: Mapping[str, int], terms: Sequence[str]) -> float:
+    """Σ idf over `terms` (repeats counted again) among `n` live chunks, with the reference's idf
+    ln(1 + (n - df + 0.5) / (df + 0.5)); a term missing from `df` has df = 0. LexicalIndex.query_mass."""
+    if not n:
+        return 0.0
+    return sum(math.log(1 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms)
 
 
 class VectorIndex(Protocol):
@@ -60,6 +69,13 @@ class LexicalIndex(Protocol):
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best-scoring live chunks with a score above zero: (chunk ids, scores), best first, ties by id."""
+        ...
+
+    def query_mass(self, query: str) -> float:
+        """The sum of the idf of the query's terms (repeats counted again, as `search` scores them), a term no live
+        chunk holds counted at df = 0: about what a chunk of average length holding each term once would score,
+        so a score divided by it is the share of the query's lexical evidence a chunk holds
+        (citerag.search.fusion). 0.0 for a query without terms or an empty index."""
         ...
 
     def save(self, directory: Path) -> dict[str, Any]: ...

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from citerag.index.analyzer import REFERENCE, Analyzer
-from citerag.index.base import Rows
+from citerag.index.base import Rows, idf_mass
 from citerag.index.files import load_arrays, new_name, save_array, save_arrays
 from citerag.lang import DEFAULT
 from citerag.store.base import ChunkBatch
@@ -197,6 +197,13 @@ class Bm25Index:
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         return self.rows.best(self.scores(query), k, positive=True)
+
+    def query_mass(self, query: str) -> float:
+        n = self.rows.live_count
+        if not n:
+            return 0.0
+        terms = self.analyzer.terms(query, fallback=self.language)
+        return idf_mass(n, {t: len(self._postings(t)[0]) for t in set(terms)}, terms)
 
     def save(self, directory: Path) -> dict[str, Any]:
         self._freeze()

@@ -33,6 +33,7 @@ from psycopg import Connection, Cursor
 from psycopg.rows import TupleRow, tuple_row
 
 from citerag.index.analyzer import REFERENCE, Analyzer
+from citerag.index.base import idf_mass
 from citerag.lang import DEFAULT
 from citerag.store.base import ChunkBatch
 
@@ -41,6 +42,13 @@ _LIVE = "SELECT count(*), COALESCE(sum(length), 0) FROM lexical_chunks WHERE col
 # array_send's binary form (parsed by numpy, where psycopg would make a Python int of every element).
 _POSTINGS = """
 SELECT p.term, array_send(array_agg(p.chunk_id)), array_send(array_agg(p.tf)), array_send(array_agg(l.length))
+FROM postings p JOIN lexical_chunks l ON l.collection_id = p.collection_id AND l.chunk_id = p.chunk_id
+WHERE p.collection_id = %s AND p.term = ANY(%s) AND l.model = %s
+GROUP BY p.term
+"""
+# Document frequency of each query word found (the live chunks of this model that hold it).
+_DF = """
+SELECT p.term, count(*)
 FROM postings p JOIN lexical_chunks l ON l.collection_id = p.collection_id AND l.chunk_id = p.chunk_id
 WHERE p.collection_id = %s AND p.term = ANY(%s) AND l.model = %s
 GROUP BY p.term
@@ -170,6 +178,17 @@ class PgBm25Index:
         scoring = np.flatnonzero(out > 0)
         best = scoring[np.lexsort((chunk_ids[scoring], -out[scoring]))][:k]
         return chunk_ids[best], out[best]
+
+    def query_mass(self, query: str) -> float:
+        terms = [term_key(w) for w in self.analyzer.terms(query, fallback=DEFAULT)]  # as `search` reads them
+        if not terms:
+            return 0.0
+        with self._cursor() as cur:
+            live = cur.execute(_LIVE, (self.collection_id, self.model)).fetchone()
+            n = int(live[0]) if live else 0
+            df = {str(t): int(c) for t, c in cur.execute(_DF, (self.collection_id, sorted(set(terms)),
+                                                                 self.model)).fetchall()} if n else {}
+        return idf_mass(n, df, terms)
 
     def save(self, directory: Path) -> dict[str, Any]:
         """Nothing to write: the rows are durable once the caller's transaction commits."""

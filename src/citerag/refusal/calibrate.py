@@ -7,6 +7,13 @@ collection's own encoder; the cut minimises  cost_ratio * (bank questions answer
 ties going to fewer bluffs, and of the run of cuts that achieve it, the middle (rounded to 3 decimals): the widest
 margin to the questions either side.
 
+The lexical cut is fitted second, by the same cost over both whole sets, on the questions the distance cut refuses:
+their best chunk's share of the question's lexical evidence (Hit.lexical). It is fitted after the distance cut,
+not with it, because synthetic questions are made of their chunk's words and hold far more lexical evidence
+than real ones: fitted jointly, the distance cut would move to let the lexical cut do its work, and real
+questions (which paraphrase) would be refused. Fitted after it, the lexical cut only gives back refusals, and
+lands above every bank question's evidence but a few.
+
 Languages: the collection's are detected on a seeded sample of its chunks; each language with a real share
 (MIN_SHARE) contributes its bank (English where it has none), so a mixed German and English collection is fitted
 on both banks. A collection of one language phrases every synthetic question in it; a mixed one phrases each in
@@ -40,23 +47,27 @@ LANGUAGE_SAMPLE = 300  # chunks whose language is detected: enough to see a shar
 # expected, so its bank and phrasing are used. Below it: code listings, quotations, detector noise.
 MIN_SHARE = 0.2
 
-# The best-hit cosine distance of each question (dense, exact): what the collection supplies.
-BestDistances = Callable[[Sequence[str]], list[float]]
+# Each question's best-hit cosine distance (dense, exact) and the largest share of its lexical evidence one chunk
+# holds (BM25 / idf mass, citerag.search.fusion): what the collection supplies.
+BestSignals = Callable[[Sequence[str]], list[tuple[float, float]]]
 
 
 class TooSmall(CiteragError):
     """A collection too small to make enough synthetic questions from."""
 
 
-def choose_cut(inside: Sequence[float], outside: Sequence[float], cost_ratio: float = COST_RATIO) -> float:
-    """The cut on best distances (answer when best < cut) minimising cost_ratio * bluff rate + refusal rate."""
+def choose_cut(inside: Sequence[float], outside: Sequence[float], cost_ratio: float = COST_RATIO,
+               n_inside: int | None = None, n_outside: int | None = None) -> float:
+    """The cut on best distances (answer when best < cut) minimising cost_ratio * bluff rate + refusal rate; the
+    rates are over `n_inside` and `n_outside` questions when `inside` and `outside` are only those still open."""
     values = sorted(set(inside) | set(outside))
     spans = [(values[0] - 0.02, values[0]), *zip(values, values[1:], strict=False), (values[-1], values[-1] + 0.02)]
     ins, outs = np.asarray(inside), np.asarray(outside)
+    n_in, n_out = n_inside or len(ins), n_outside or len(outs)
 
     def key(t: float) -> tuple[float, int]:
         bluffs = int((outs < t).sum())
-        return (round(cost_ratio * bluffs / len(outs) + float((ins >= t).mean()), 9), bluffs)
+        return (round(cost_ratio * bluffs / n_out + float((ins >= t).sum()) / n_in, 9), bluffs)
 
     keys = [key((a + b) / 2) for a, b in spans]
     first = keys.index(min(keys))
@@ -85,7 +96,20 @@ def collection_languages(shares: dict[str, float], min_share: float = MIN_SHARE)
     return chosen or list(shares)[:1] or [DEFAULT]
 
 
-def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_distances: BestDistances,
+def lexical_cut(inside: Sequence[tuple[float, float]], outside: Sequence[tuple[float, float]], cut: float,
+                cost_ratio: float = COST_RATIO) -> float | None:
+    """The lexical cut (answer when a chunk holds at least this share of the question's lexical evidence) for the
+    questions the distance `cut` refuses, by the same cost over the whole sets; None when it refuses no synthetic
+    question (nothing to give back)."""
+    ins = [-lex for d, lex in inside if d >= cut]
+    outs = [-lex for d, lex in outside if d >= cut]
+    if not ins:
+        return None
+    # Negated, so that choose_cut's "answer when value < cut" reads "answer when evidence > cut".
+    return -choose_cut(ins, outs or [0.0], cost_ratio, len(inside), len(outside))
+
+
+def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_signals: BestSignals,
              cost_ratio: float = COST_RATIO, synthetic: int = SYNTHETIC, seed: int = SEED) -> RefusalRule:
     """The calibrated rule of a collection with these chunks. Raises TooSmall under MIN_CHUNKS chunks or
     MIN_SYNTHETIC questions."""
@@ -102,15 +126,21 @@ def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_d
                        f"(at least {MIN_SYNTHETIC} are needed): the threshold setting stays in use")
     banks = list(dict.fromkeys(bank_language(code) for code in languages))
     bank = [b.query for code in banks for b in load_bank(code)]
-    distances = best_distances([*questions, *bank])
-    inside, outside = distances[:len(questions)], distances[len(questions):]
-    cut = choose_cut(inside, outside, cost_ratio)
+    signals = best_signals([*questions, *bank])
+    inside, outside = signals[:len(questions)], signals[len(questions):]
+    cut = choose_cut([d for d, _ in inside], [d for d, _ in outside], cost_ratio)
+    lexical = lexical_cut(inside, outside, cut, cost_ratio)
+    bar = float("inf") if lexical is None else lexical
+
+    def answered(d: float, lex: float) -> bool:
+        return d < cut or lex >= bar
+
     return RefusalRule(threshold=cut, encoder=encoder, fitted_at=datetime.now(UTC).isoformat(timespec="seconds"),
                        documents=documents, chunks=len(chunks), synthetic=len(inside),
-                       synthetic_refused=sum(d >= cut for d in inside), bank=len(outside),
-                       bank_answered=sum(d < cut for d in outside), cost_ratio=cost_ratio, seed=seed,
-                       synthetic_best=_summary(inside), bank_best=_summary(outside), languages=banks,
-                       language_shares=shares)
+                       synthetic_refused=sum(not answered(*x) for x in inside), bank=len(outside),
+                       bank_answered=sum(answered(*x) for x in outside), cost_ratio=cost_ratio, seed=seed,
+                       synthetic_best=_summary([d for d, _ in inside]), bank_best=_summary([d for d, _ in outside]),
+                       languages=banks, language_shares=shares, lexical_threshold=lexical)
 
 
 def needs_refit(rule: RefusalRule | None, documents: int, encoder: str, moved: float = 0.10) -> bool:

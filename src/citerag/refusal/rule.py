@@ -1,9 +1,11 @@
 """A collection's calibrated refusal rule: a plain record, saved as JSON with the collection's store.
 
-The rule is a cosine-distance cut chosen per collection and encoder by `citerag.refusal.calibrate`: a question is
-answered when a hit lies under it, from at most `max_sources` such hits, and refused (no model called) otherwise.
-Richer rules (margin between the first hits, the question's words the collection never uses, a logistic
-regression over them) were measured and did not beat the cut; see docs/refusal.md.
+The rule is two cuts chosen per collection and encoder by `citerag.refusal.calibrate`: a question is answered
+from at most `max_sources` hits that lie under the cosine-distance cut or hold at least the lexical cut's share
+of the question's lexical evidence (its rare words together in one chunk, Hit.lexical), and refused (no model
+called) otherwise. Other signals (margin between the first hits, the question's words the collection never uses,
+a logistic regression over them, a distance of the multilingual model alone for a question in another language)
+were measured and did not beat these; see docs/refusal.md.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from citerag.search.gate import gate
 from citerag.types import Hit
 
 # 2: the languages the rule was fitted in (`languages`, `language_shares`); a version-1 rule reads as English.
-RULE_VERSION = 2
+# 3: the lexical cut (`lexical_threshold`); an older rule has none and gates on distance alone.
+RULE_VERSION = 3
 
 
 @dataclass
@@ -44,14 +47,19 @@ class RefusalRule:
     # recorded was fitted in English), and the share of each language among a sample of the collection's chunks.
     languages: list[str] = field(default_factory=lambda: ["en"])
     language_shares: dict[str, float] = field(default_factory=dict)
+    # A hit holding at least this share of the question's lexical evidence is kept whatever its distance (None:
+    # no lexical cut, a rule fitted before version 3); fitted after the distance cut, on the questions it refuses.
+    lexical_threshold: float | None = None
 
     def gate(self, hits: list[Hit], max_sources: int) -> list[Hit]:
         """The hits an answer may use, rank order; empty means NO ANSWER."""
-        return gate(hits, self.threshold, max_sources)
+        return gate(hits, self.threshold, max_sources, self.lexical_threshold)
 
     def describe(self) -> str:
-        """One line: the cut and its figures on the sets it was fitted on."""
-        return (f"cosine distance < {self.threshold:.3f} (calibrated {self.fitted_at} on {self.documents} documents, "
+        """One line: the cuts and their figures on the sets they were fitted on."""
+        lexical = "" if self.lexical_threshold is None else f" or lexical evidence >= {self.lexical_threshold:.3f}"
+        return (f"cosine distance < {self.threshold:.3f}{lexical} (calibrated {self.fitted_at} on {self.documents} "
+                "documents, "
                 f"{self.encoder}, {'+'.join(self.languages)}): refuses {self.synthetic_refused}/{self.synthetic} "
                 "synthetic in-domain questions, "
                 f"answers {self.bank_answered}/{self.bank} out-of-domain bank questions")

@@ -13,6 +13,7 @@ from collections import Counter
 import numpy as np
 
 from citerag.index.analyzer import REFERENCE, Analyzer
+from citerag.index.base import idf_mass
 from citerag.text import tokenize
 
 __all__ = ["BM25", "tokenize"]
@@ -43,6 +44,11 @@ class BM25:
             # Same operation order as the reference, so the floating-point result is the same.
             weight = idf * (f * (k1 + 1)) / (f + k1 * (1 - b + (b * length) / self.avg))
             self._postings[word] = (np.asarray(ids, dtype=np.int64), weight)
+
+    def query_mass(self, query: str) -> float:
+        """The reference's side of LexicalIndex.query_mass: Σ idf of the query's terms, absent ones at df = 0."""
+        terms = self.analyzer.terms(query)
+        return idf_mass(self.n_docs, {t: len(self._postings[t][0]) for t in set(terms) if t in self._postings}, terms)
 
     def scores(self, query: str) -> np.ndarray:
         out = np.zeros(self.n_docs, dtype=np.float64)

@@ -23,8 +23,10 @@ def collection_json(collection: Collection) -> dict[str, Any]:
     status = collection.status()
     return {"name": collection.name, "counts": status.counts,
             "settings": {key: getattr(s, key) for key in (*CLIENT_SETTINGS, "embedding_model", "generator")},
-            # Which rule refuses questions here: the calibrated cut (with its fit) or the threshold, and why.
-            "refusal": status.refusal.as_json() if status.refusal else None}
+            # Which rule refuses questions here: the calibrated cuts (with their fit) or the threshold, and why;
+            # and how questions are ranked.
+            "refusal": status.refusal.as_json() if status.refusal else None,
+            "retriever": status.retriever.as_json() if status.retriever else None}
 
 
 @router.get("")
