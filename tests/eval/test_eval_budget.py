@@ -23,7 +23,8 @@ BASELINES = Path(__file__).resolve().parents[2] / "eval" / "baseline"
 
 def _hit(rank: int, content: str) -> SimpleNamespace:
     # Only what query_result reads from a citerag.types.Hit.
-    return SimpleNamespace(rank=rank, chunk=SimpleNamespace(id=100 + rank, content=content), cosine_distance=rank / 10)
+    return SimpleNamespace(rank=rank, chunk=SimpleNamespace(id=100 + rank, content=content), cosine_distance=rank / 10,
+                           lexical=0.0)
 
 
 def _question(needle: str = NEEDLE) -> Question:
@@ -169,3 +170,23 @@ def test_the_tiny_run_reports_consistent_budgets(tiny_report: dict[str, Any]) ->
         assert all(r["chars"] is None for r in tiny_report["queries"]["ood"][c["id"]].values())
     for p in tiny_report["paired"]:
         assert set(p["chars"]) == {"wins", "losses", "p"} and p["chars"]["wins"] + p["chars"]["losses"] <= 8
+
+
+def test_the_reported_refusals_apply_both_cuts_of_the_calibrated_rule() -> None:
+    from citerag.eval.report import refusal_json
+    from citerag.eval.runner import QueryResult
+    from citerag.eval.truth import OodQuery
+
+    rule = {"threshold": 0.5, "lexical_threshold": 0.6, "fitted_at": "", "documents": 1, "synthetic": 10,
+            "synthetic_refused": 1, "bank": 10, "bank_answered": 0, "cost_ratio": 3.0}
+    answerable = {"near": QueryResult(1, [1], [0.4, 0.7], 100, [0.1, 0.0]),
+                  "worded": QueryResult(1, [1], [0.7, 0.8], 100, [0.65, 0.1]),  # far in meaning, holds its words
+                  "lost": QueryResult(None, [], [0.7, 0.8], None, [0.3, 0.1])}
+    ood = {"o1": QueryResult(None, [], [0.9], None, [0.61]), "o2": QueryResult(None, [], [0.9], None, [0.2])}
+    queries = [OodQuery("o1", "near", "q1", trap=True), OodQuery("o2", "far", "q2")]
+    r = refusal_json(rule, answerable, ood, queries)
+    assert r is not None and r["lexical_threshold"] == 0.6
+    assert r["refused"]["refused"] == ["lost"] and r["bluffs"]["traps"]["answered"] == ["o1"]
+    # A rule fitted before the lexical cut (version 2) reads distances alone.
+    older = refusal_json({**rule, "lexical_threshold": None}, answerable, ood, queries)
+    assert older is not None and older["refused"]["refused"] == ["lost", "worded"] and older["bluffs"]["count"] == 0

@@ -190,7 +190,8 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
     if r:
         b = r["bluffs"]
         groups = ", ".join(f"{g} {b[g]['count']}/{b[g]['n']}" for g in ("near", "traps", "far"))
-        click.echo(f"calibrated refusal ({primary(report)['id']}, cut {r['threshold']:.3f}): refused "
+        lexical = "" if r.get("lexical_threshold") is None else f", lexical {r['lexical_threshold']:.3f}"
+        click.echo(f"calibrated refusal ({primary(report)['id']}, cut {r['threshold']:.3f}{lexical}): refused "
                    f"{r['refused']['count']}/{r['refused']['n']}  bluffs {b['count']}/{b['n']} ({groups})")
     a = report.get("answers")
     if a:

@@ -17,7 +17,7 @@ from citerag.eval.truth import OodQuery, Question, fingerprint
 from citerag.settings import DEFAULT_ENCODER
 
 SCHEMA = "citerag-eval-report/1"
-PRIMARY = ("E", "dense", DEFAULT_ENCODER)
+PRIMARY = ("E", "adaptive", DEFAULT_ENCODER)  # the shipped default
 
 
 def _scored(results: dict[str, QueryResult]) -> list[Scored]:
@@ -35,9 +35,10 @@ def _calibration_json(c: Calibration) -> dict[str, Any]:
             "sweep": [r.as_json() for r in c.sweep]}
 
 
-def _answered(r: QueryResult, cut: float) -> bool:
-    """The calibrated rule answers when a hit lies under its cut (the gate then keeps up to max_sources)."""
-    return any(d < cut for d in r.distances)
+def _answered(r: QueryResult, cut: float, lexical: float | None = None) -> bool:
+    """The calibrated rule answers when a hit lies under its cut or holds its lexical cut's share of the
+    question's lexical evidence (the gate then keeps up to max_sources)."""
+    return any(d < cut for d in r.distances) or (lexical is not None and any(x >= lexical for x in r.lexical))
 
 
 def refusal_json(rule: dict[str, Any] | None, answerable: dict[str, QueryResult], ood: dict[str, QueryResult],
@@ -46,21 +47,22 @@ def refusal_json(rule: dict[str, Any] | None, answerable: dict[str, QueryResult]
     bluffs (answered) among the out-of-domain ones, the near-domain traps, other near and far ones apart."""
     if rule is None:
         return None
-    cut = float(rule["threshold"])
-    refused = sum(not _answered(r, cut) for r in answerable.values())
+    cut, lexical = float(rule["threshold"]), rule.get("lexical_threshold")
+    refused = sum(not _answered(r, cut, lexical) for r in answerable.values())
     groups = {"far": [o for o in queries if o.kind == "far"],
               "near": [o for o in queries if o.kind != "far" and not o.trap],
               "traps": [o for o in queries if o.trap]}
-    answered = {o.id for o in queries if o.id in ood and _answered(ood[o.id], cut)}
+    answered = {o.id for o in queries if o.id in ood and _answered(ood[o.id], cut, lexical)}
     bluffs = {name: {"count": sum(o.id in answered for o in qs), "n": len(qs),
                      "share": estimate(sum(o.id in answered for o in qs), len(qs)).as_json(),
                      "answered": sorted(o.id for o in qs if o.id in answered)} for name, qs in groups.items()}
-    return {"threshold": cut, "fitted_at": rule["fitted_at"], "documents": rule["documents"],
+    return {"threshold": cut, "lexical_threshold": lexical, "fitted_at": rule["fitted_at"],
+            "documents": rule["documents"],
             "synthetic": rule["synthetic"], "synthetic_refused": rule["synthetic_refused"],
             "bank": rule["bank"], "bank_answered": rule["bank_answered"], "cost_ratio": rule["cost_ratio"],
             "refused": {"count": refused, "n": len(answerable),
                         "share": estimate(refused, len(answerable)).as_json(),
-                        "refused": sorted(q for q, r in answerable.items() if not _answered(r, cut))},
+                        "refused": sorted(q for q, r in answerable.items() if not _answered(r, cut, lexical))},
             "bluffs": {"count": len(answered), "n": len(queries),
                        "share": estimate(len(answered), len(queries)).as_json(), **bluffs}}
 
@@ -273,7 +275,9 @@ def refusal_markdown(report: dict[str, Any]) -> list[str]:
         if not r:
             continue
         b = r["bluffs"]
-        rows.append([c["id"], f"{r['threshold']:.3f}", f"{r['synthetic_refused']}/{r['synthetic']}",
+        lexical = r.get("lexical_threshold")
+        rows.append([c["id"], f"{r['threshold']:.3f}", "-" if lexical is None else f"{lexical:.3f}",
+                     f"{r['synthetic_refused']}/{r['synthetic']}",
                      f"{r['bank_answered']}/{r['bank']}", f"{r['refused']['count']}/{r['refused']['n']} "
                      + _est(r["refused"]["share"]), f"{b['count']}/{b['n']} " + _est(b["share"]),
                      *[f"{b[g]['count']}/{b[g]['n']}" for g in ("near", "traps", "far")]])
@@ -282,8 +286,10 @@ def refusal_markdown(report: dict[str, Any]) -> list[str]:
     return ["## Calibrated refusal rule", "",
             "Each index's own rule, fitted without a labelled question: synthetic in-domain questions made from "
             "its chunks against citerag's bank of out-of-domain questions. Refused: answerable questions with no "
-            "hit under the cut; bluffs: out-of-domain questions answered. Wilson 95% intervals.", "",
-            _table(["configuration", "cut", "synthetic refused", "bank answered", "answerable refused",
+            "hit under the cut nor at the lexical cut (a hit holding that share of the question's lexical "
+            "evidence; the ranking's own figure, so dense and BM25 alone see less of it); bluffs: out-of-domain "
+            "questions answered. Wilson 95% intervals.", "",
+            _table(["configuration", "cut", "lexical cut", "synthetic refused", "bank answered", "answerable refused",
                     "OOD answered", "near", "traps", "far"], rows), ""]
 
 

@@ -76,10 +76,11 @@ class QueryResult:
     # Characters of quoted content (chunk.content, what a citation shows) read in rank order up to and including
     # the first correct hit; None when rank is. Defaulted so results built without it (older code) still work.
     chars: int | None = None
+    lexical: list[float] = field(default_factory=list)  # each hit's share of the question's lexical evidence
 
     def as_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "correct": self.correct, "distances": [round(d, 6) for d in self.distances],
-                "chars": self.chars}
+                "chars": self.chars, "lexical": [round(x, 6) for x in self.lexical]}
 
 
 @dataclass
@@ -201,7 +202,8 @@ def query_result(hits: Sequence[Any], q: Question | OodQuery, collapsed: dict[in
     correct = [h.rank for h in hits if needle is not None and needle in collapsed[h.chunk.id]]
     rank = correct[0] if correct else None
     lengths = [len(h.chunk.content) for h in hits]
-    return QueryResult(rank, correct, [h.cosine_distance for h in hits], chars_to_needle(lengths, rank))
+    return QueryResult(rank, correct, [h.cosine_distance for h in hits], chars_to_needle(lengths, rank),
+                       [h.lexical for h in hits])
 
 
 def score_queries(collection: Collection, mode: str, queries: Sequence[Question | OodQuery],
