@@ -212,6 +212,8 @@ def test_the_upload_policy_refits_on_a_move_of_more_than_ten_percent() -> None:
     assert needs_refit(None, 5, "m") and needs_refit(rule, 100, "other-model")
     assert not needs_refit(rule, 110, "m") and not needs_refit(rule, 90, "m")
     assert needs_refit(rule, 111, "m") and needs_refit(rule, 89, "m")
+    # A rule fitted before the lexical cut existed is fitted again on the next upload.
+    assert needs_refit(dataclasses.replace(rule, version=2), 100, "m")
 
 
 def _content_words(text: str) -> set[str]:

@@ -25,6 +25,7 @@ from citerag.eval.metrics import chars_to_needle
 from citerag.eval.needle import NeedleProblem, check_needles, chunk_body, destroyed
 from citerag.eval.truth import OodQuery, Question
 from citerag.ingest.files import discover
+from citerag.refusal.calibrate import needs_refit
 from citerag.settings import MODES, Settings
 from citerag.text import collapse
 from citerag.types import Extracted
@@ -182,10 +183,10 @@ def build_index(app: Citerag, base: Settings, files: Sequence[Path], cache: Path
 
 def _calibrated(collection: Collection, log: Callable[[str], None]) -> None:
     """The index calibrated as any collection is (ingest does it after a change); again when a reused index has
-    no rule, or one fitted on another set of documents (files left out since)."""
+    no rule, one fitted on another set of documents (files left out since), or one of an older version."""
     rule = collection.refusal_rule()
     indexed = sum(d.status == "indexed" for d in collection.documents())
-    if rule is not None and rule.documents == indexed:
+    if rule is not None and rule.documents == indexed and not needs_refit(rule, indexed, rule.encoder):
         return
     try:
         rule = collection.calibrate()

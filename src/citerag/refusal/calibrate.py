@@ -32,7 +32,7 @@ import numpy as np
 from citerag.errors import CiteragError
 from citerag.lang import DEFAULT, detect
 from citerag.refusal.bank import bank_language, load_bank
-from citerag.refusal.rule import RefusalRule
+from citerag.refusal.rule import RULE_VERSION, RefusalRule
 from citerag.refusal.synthetic import synthetic_questions
 from citerag.types import StoredChunk
 
@@ -144,8 +144,9 @@ def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_s
 
 
 def needs_refit(rule: RefusalRule | None, documents: int, encoder: str, moved: float = 0.10) -> bool:
-    """The service's policy: fit when there is no rule for this encoder, or the indexed document count moved by
-    more than `moved` (10 %) since it was fitted."""
-    if rule is None or rule.encoder != encoder:
+    """The service's policy: fit when there is no rule for this encoder, the rule is of an older version (fitted
+    before a signal it lacks existed), or the indexed document count moved by more than `moved` (10 %) since it
+    was fitted."""
+    if rule is None or rule.encoder != encoder or rule.version < RULE_VERSION:
         return True
     return abs(documents - rule.documents) > moved * max(rule.documents, 1)
