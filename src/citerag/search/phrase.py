@@ -5,7 +5,8 @@ dense retrieval ranks such a passage anywhere (a verbatim sentence of a two-colu
 0.94 from its own chunk). A contiguous run of the query's BM25 tokens in a chunk is decisive lexical evidence,
 unlike a high BM25 score, which common words reach too; but only while it singles out a few passages: a
 phrase found in more than `max_matches` of the lexical shortlist ("the", "apt install") decides nothing.
-A natural-language question never occurs verbatim, so for questions the adaptive mode ranks exactly as dense.
+A natural-language question never occurs verbatim, so questions are ranked by the adaptive score alone
+(search/fusion.py).
 
 Words are the lexical index's analyzer's `words`: the reference's [a-z0-9]+ tokens, or, with the stemmed
 tokenisation, Unicode words (case-folded, NFKC) left unstemmed, so "Größe" is one word and is matched as written:
