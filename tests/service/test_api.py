@@ -282,6 +282,11 @@ def test_a_new_collection_is_calibrated_by_its_first_uploads(deployment: Deploym
         fit = refusal["calibration"]
         assert refusal["rule"] == "calibrated" and refusal["threshold"] == fit["threshold"]
         assert fit["documents"] == 1 and fit["synthetic"] > 0 and fit["bank"] > 0
+        # Both cuts, and how questions are ranked, with nobody having written a question.
+        assert refusal["lexical_threshold"] == fit["lexical_threshold"] and 0 < fit["lexical_threshold"] < 2
+        retriever = c.get("/v1/collections/fresh").json()["retriever"]
+        assert retriever["mode"] == "adaptive" and retriever["lexical_weight"] == 0.3
+        assert retriever["foreign_share"] == 0.3 and "BM25" in retriever["description"]
         bread = c.post("/v1/collections/fresh/ask", json={"question": "How do I bake sourdough bread?"}).json()
         assert bread["refused"] and bread["refusal"]["threshold"] == fit["threshold"]
         question = next(q for q in QUESTIONS if q["id"] == "dr-12-ticket")["query"]
