@@ -136,13 +136,17 @@ def test_the_gate_accepts_a_baseline_without_chars_and_does_not_gate_the_budget(
 @pytest.mark.parametrize("name", sorted(p.name for p in BASELINES.glob("*.json")))
 def test_the_committed_baselines_still_load_and_gate(name: str) -> None:
     base = json.loads((BASELINES / name).read_text(encoding="utf-8"))
-    newer = copy.deepcopy(base)  # as a run of today would write it: every row with chars
-    for rows in newer["queries"]["answerable"].values():
-        for row in rows.values():
-            row.setdefault("chars", None if row["rank"] is None else 1000 * row["rank"])
-    for current in (base, newer):
-        result = compare(current, base)
-        assert result.passed and result.comparisons and all(c.budget is None for c in result.comparisons)
+    rows = [row for by_id in base["queries"]["answerable"].values() for row in by_id.values()]
+    assert rows and all("chars" in row for row in rows)  # written after budget@B: every row carries chars
+    result = compare(base, base)
+    assert result.passed and result.comparisons and all(c.budget is not None for c in result.comparisons)
+    older = copy.deepcopy(base)  # as a report written before budget@B: no chars, so the budget is not gated
+    for by_id in older["queries"]["answerable"].values():
+        for row in by_id.values():
+            del row["chars"]
+    for current, baseline in ((base, older), (older, base)):
+        result = compare(current, baseline)
+        assert result.passed and all(c.budget is None for c in result.comparisons)
 
 
 def test_a_run_against_its_own_report_without_chars(tiny_report: dict[str, Any]) -> None:
