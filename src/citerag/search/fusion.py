@@ -37,16 +37,17 @@ def fused_order(dense_ids: np.ndarray, lexical: dict[int, float], similarity: Ca
                 weight: float, first: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
     """The candidates (dense's and BM25's) ranked by cosine + weight × evidence, `first` ahead of all in their
     order: (chunk ids, scores), best first, ties in candidate order (dense's first)."""
-    candidates = np.array(list(dict.fromkeys([*dense_ids.tolist(), *lexical])), dtype=np.int64)
+    candidates = np.array(list(dict.fromkeys([*dense_ids.tolist(), *lexical, *first])), dtype=np.int64)
     if not len(candidates):
         return candidates, np.zeros(0, dtype=np.float64)
     score = similarity(candidates) + weight * np.array([lexical.get(int(i), 0.0) for i in candidates])
     order = np.argsort(-score, kind="stable")
     ids, scores = candidates[order], score[order]
-    if first:
+    if first:  # moved ahead, keeping the scores they were given
         ahead = set(first)
         keep = np.array([i not in ahead for i in ids.tolist()], dtype=bool)
+        by_id = dict(zip(ids.tolist(), scores.tolist(), strict=True))
         top = np.array(list(first), dtype=np.int64)
-        top_scores = similarity(top) + weight * np.array([lexical.get(int(i), 0.0) for i in top])
-        ids, scores = np.concatenate([top, ids[keep]]), np.concatenate([top_scores, scores[keep]])
+        ids = np.concatenate([top, ids[keep]])
+        scores = np.concatenate([np.array([by_id[int(i)] for i in top]), scores[keep]])
     return ids, scores
