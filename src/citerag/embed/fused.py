@@ -15,7 +15,9 @@ was measured too; it gives up the English gain and would put two distance scales
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -68,9 +70,15 @@ def ranking_vector(name: str, vector: np.ndarray, language: str, share: float = 
 
 
 class FusedEncoder:
-    def __init__(self, name: str, parts: Sequence[Encoder]) -> None:
+    """`parallel`: encode with every part at once, each in its own thread (numpy and ONNX Runtime release the GIL), so
+    USE's single thread runs beside MiniLM's batches instead of after them; the vectors are the same."""
+
+    def __init__(self, name: str, parts: Sequence[Encoder], parallel: bool = False) -> None:
         self.name = name
         self.parts = tuple(parts)
+        self.parallel = parallel and len(self.parts) > 1
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.dim = sum(p.dim for p in self.parts)
         # A chunk must fit every window: the smallest counts, and its word pieces are the ones reported.
         self._window = min(self.parts, key=lambda p: p.max_tokens)
@@ -81,11 +89,22 @@ class FusedEncoder:
         joined = np.hstack([np.asarray(b, dtype=np.float32) for b in blocks]) * self._scale
         return check_unit(joined, self.name)
 
+    def _each(self, encode: Callable[[Encoder], np.ndarray], texts: list[str]) -> list[np.ndarray]:
+        if not self.parallel or not texts:
+            return [encode(p) for p in self.parts]
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(len(self.parts) - 1, thread_name_prefix="citerag-fused")
+        # The first part (MiniLM, the slowest) in this thread, the others beside it.
+        others = [self._pool.submit(encode, p) for p in self.parts[1:]]
+        first = encode(self.parts[0])
+        return [first, *(f.result() for f in others)]
+
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        return self._join([p.encode(texts, progress) for p in self.parts])
+        return self._join(self._each(lambda p: p.encode(texts, progress), texts))
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self._join([encode_queries(p, texts) for p in self.parts])
+        return self._join(self._each(lambda p: encode_queries(p, texts), texts))
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         return self._window.count_tokens(texts)

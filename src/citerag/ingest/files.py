@@ -12,7 +12,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from citerag.errors import CiteragError
-from citerag.extract import supported_suffixes
 
 log = logging.getLogger("citerag.ingest")
 
@@ -69,6 +68,9 @@ class Discovered:
 def discover(paths: Iterable[Path]) -> Discovered:
     """Files named explicitly are taken whatever their suffix; folders give their supported files.
     Checked before anything is opened, so a wrong path leaves no index behind."""
+    # Here, not at the top: the extractors import lxml, pdf and office readers, which `citerag ask` never needs.
+    from citerag.extract import supported_suffixes
+
     files: list[Path] = []
     roots: list[Path] = []
     suffixes = set(supported_suffixes())

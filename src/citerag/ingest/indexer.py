@@ -18,7 +18,6 @@ from citerag import PIPELINE_VERSION, lang
 from citerag.chunk import chunk_extracted, strategy_params
 from citerag.embed import Encoder
 from citerag.errors import CiteragError, ExtractionError, StoreUnavailable, Superseded
-from citerag.extract import extractor_for, supported_suffixes
 from citerag.ingest.files import Discovered, IngestReport, Outcome, Source, display_path
 from citerag.settings import Settings
 from citerag.store import ChunkStats, Store
@@ -59,6 +58,9 @@ class Indexer:
         self._encoder = encoder  # called only when something is embedded: status and retry of nothing load no model
 
     def stamps_for(self, name: str) -> dict[str, Any]:
+        # Imported where used: the extractors import lxml, pdf and office readers, which `citerag ask` never needs.
+        from citerag.extract import extractor_for
+
         extractor = extractor_for(Path(name))
         s = self.settings
         return {
@@ -216,6 +218,8 @@ class Indexer:
 
     def _index_bytes(self, doc_id: int, source: Source, sha: str, stamps: dict[str, Any],
                      report: IngestReport) -> None:
+        from citerag.extract import extractor_for, supported_suffixes
+
         name = Path(source.display_name)
         extractor = extractor_for(name)
         if extractor is None:
