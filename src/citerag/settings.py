@@ -28,7 +28,7 @@ _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
                   "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep", "semantic_percentile",
                   "queue_attempts", "queue_lease_s", "lexical_weight",
-                  "lexical_threshold")
+                  "lexical_threshold", "encoder_threads")
 MODES = ("dense", "bm25", "hybrid", "adaptive")  # the retrievers (citerag.search.retriever)
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F", "G"), "mode": MODES,
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw"),
@@ -75,6 +75,10 @@ class Settings(BaseModel):
     # Strategy G only: cut between consecutive sentences whose distance exceeds this percentile of the document's.
     semantic_percentile: float = Field(default=95.0, gt=0, le=100)
     embedding_model: str = Field(default=DEFAULT_ENCODER, min_length=1)
+    # The cores one process's embedding may keep busy (MiniLM's batches at once; USE runs on one thread beside
+    # them), 0 = every core the process may run on. A process setting, taken from the settings it starts with:
+    # N workers on one machine each set cores / N. Vectors do not depend on it.
+    encoder_threads: int = Field(default=0, ge=0, le=1024)
     # Cosine distance under which a hit may be used; 0.675 until the evaluation calibrates it.
     threshold: float = Field(default=0.675, gt=0, le=2)
     max_sources: int = Field(default=4, ge=1)

@@ -110,6 +110,8 @@ class Citerag(Shared):
             if settings.collection in self.collections:
                 raise CiteragError(f"collection {settings.collection!r} is already open")
             configure(settings.otlp_endpoint)
+            if self.encoder_threads is None:
+                self.encoder_threads = settings.encoder_threads
             identity = self.catalog.identity(settings.collection) if self.catalog is not None else None
             store = open_backend(settings).store(settings, create)
             kept = keep_indexed_choices(settings, store)

@@ -24,6 +24,9 @@ class Shared:
         self.citation_metrics = CitationMetrics()
         self._models: dict[tuple[str, ...], Any] = {}
         self._lock = threading.RLock()
+        # The cores an encoder of this process may keep busy (Settings.encoder_threads, 0 = all): a property of the
+        # process, taken from the first collection it opens (Citerag.open_collection).
+        self.encoder_threads: int | None = None
 
     def close_caches(self) -> None:
         for key in [k for k in self._models if k[0] == "cache"]:
@@ -43,7 +46,7 @@ class Shared:
     def encoder(self, name: str) -> Any:
         from citerag.embed import load_encoder
 
-        return self._model(("encoder", name), lambda: load_encoder(name))
+        return self._model(("encoder", name), lambda: load_encoder(name, self.encoder_threads or 0))
 
     def reranker(self, name: str) -> Any:
         """The cross-encoder in folder `name`, or None when `name` is empty (reranking off)."""
