@@ -28,7 +28,7 @@ from index_contract import (
 )
 from psycopg import IsolationLevel
 
-from citerag.index.pg_bm25 import PgBm25Index, term_key
+from citerag.index.pg_bm25 import PgBm25Index, postings_by_document, term_key
 from citerag.index.pgvector import (
     PgVectorIndex,
     approximate_sql,
@@ -304,8 +304,7 @@ class TestPgBm25(PgBm25Case):
         query = BM25_FIXTURE["queries"][3]
         ids, scores = neighbour.search(query, len(docs))
         np.testing.assert_allclose(scores, full.scores(query)[ids], rtol=0, atol=1e-9)
-        assert conn.execute("SELECT count(*) FROM postings WHERE collection_id = %s",
-                            (COLLECTION,)).fetchone() == (0,)
+        assert postings_by_document(conn, COLLECTION) == {}
 
     def test_repeated_query_words_and_very_long_words(self) -> None:
         long_word = "ab" * 2000  # past a B-tree entry's size: kept by its digest

@@ -269,7 +269,7 @@ class SqliteRows:
 
 # The statements of a PostgreSQL store's write transactions (store/postgres.py, index/pgvector.py, pg_bm25.py).
 _PG_WRITES = ("%INTO documents%", "%UPDATE documents%", "%FOR UPDATE%", "%chunk_vectors%", "%lexical_chunks%",
-              "%postings%", "%COPY chunks%", "%nextval('chunk_ids')%", "%INTO changes%", "%UPDATE collections%",
+              "%bm25_%", "%COPY chunks%", "%nextval('chunk_ids')%", "%INTO changes%", "%UPDATE collections%",
               "%DELETE FROM chunks%")
 
 
@@ -299,23 +299,20 @@ class PostgresRows:
             " AND xact_start IS NOT NULL AND query ILIKE ANY(%s)", list(_PG_WRITES))[0][0])
 
     def rows(self) -> dict[int, RawRows]:
+        from citerag.index.pg_bm25 import postings_by_document
+
         cid = self._id()
         counts: dict[int, list[int]] = {}
         for column, sql in enumerate((
                 "SELECT document_id, count(*) FROM chunks WHERE collection_id = %s GROUP BY 1",
                 f"SELECT document_id, count(*) FROM chunk_vectors WHERE collection_id = %s AND dim = {DIM} GROUP BY 1",
-                "SELECT document_id, count(*) FROM lexical_chunks WHERE collection_id = %s GROUP BY 1",
-                "SELECT l.document_id, count(*) FROM postings p JOIN lexical_chunks l"
-                " ON l.collection_id = p.collection_id AND l.chunk_id = p.chunk_id WHERE p.collection_id = %s"
-                " GROUP BY 1")):
+                "SELECT document_id, count(*) FROM lexical_chunks WHERE collection_id = %s GROUP BY 1")):
             for doc, n in self.db.rows(sql, cid):
                 counts.setdefault(int(doc), [0, 0, 0, 0])[column] = int(n)
-        # Postings of no lexical row (a chunk id no document owns) would be invisible to the join: count them.
-        orphans = self.db.rows("SELECT count(*) FROM postings p WHERE p.collection_id = %s AND NOT EXISTS"
-                               " (SELECT 1 FROM lexical_chunks l WHERE l.collection_id = p.collection_id"
-                               " AND l.chunk_id = p.chunk_id)", cid)[0][0]
-        if orphans:
-            counts.setdefault(-1, [0, 0, 0, 0])[3] = int(orphans)
+        # The live postings per document in the BM25 segments; -1: postings at a position of no live chunk
+        # (nor a removed one), which a whole document never leaves.
+        for doc, n in (postings_by_document(self.db.conn, cid).items() if cid is not None else ()):
+            counts.setdefault(int(doc), [0, 0, 0, 0])[3] = int(n)
         return {d: RawRows(*c) for d, c in counts.items()}
 
     def log(self) -> ChangeLog:

@@ -80,7 +80,8 @@ def test_two_collections_in_one_database_never_see_each_other(pg_url: str) -> No
     assert team_b.generation() == before
     # Dropping a collection removes every row of it, search rows included, and nothing of the other.
     team_a.drop_collection()  # type: ignore[attr-defined]
-    for table in ("documents", "chunks", "chunk_vectors", "lexical_chunks", "postings", "changes"):
+    for table in ("documents", "chunks", "chunk_vectors", "lexical_chunks", "bm25_segments", "bm25_terms",
+                  "bm25_removed", "changes"):
         left = _rows(pg_url, f"SELECT count(*) FROM {table} WHERE collection_id = %s",
                      team_a.collection_id)[0][0]  # type: ignore[attr-defined]
         assert left == 0, table

@@ -303,7 +303,8 @@ class PostgresStore:
     def drop_collection(self) -> None:
         """Delete the collection and every row of it, search indexes included, in one transaction."""
         with self._write() as conn:
-            for table in ("chunk_vectors", "lexical_chunks", "postings"):  # no foreign key: see the schema
+            # No foreign key to collections: see the schema.
+            for table in ("chunk_vectors", "lexical_chunks", "bm25_segments", "bm25_terms", "bm25_removed"):
                 conn.execute(f"DELETE FROM {table} WHERE collection_id = %s", (self.collection_id,))
             conn.execute("DELETE FROM collections WHERE id = %s", (self.collection_id,))
 
