@@ -5,6 +5,9 @@ saved); new documents go to an in-memory segment that `save` writes as a new one
 are merged so that a million chunks stay in a handful of segments. Removal tombstones rows. Nothing derived
 from the collection as a whole (N, document frequencies, the mean length) is stored: every query computes
 them over the live rows, so a score after any sequence of updates equals a fresh build's to the last bit.
+`search` does not score every posting: each segment keeps per term what bounds its weights whatever N, df and the
+mean length become (max tf, min length / tf, and the largest tf / (tf + norm) at the mean length of its build),
+and citerag.index.bm25_prune finds the exact top k by MaxScore; `scores` still scores every row.
 
 Hand-written, as `citerag.search.bm25` is, because conformance to the reference's tokens and weights is the
 contract; here it is the incremental, persisted form of the same formula. The terms come from the index's
@@ -14,7 +17,6 @@ names, so an index is never read with another tokenisation than it was built wit
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,6 +26,7 @@ import numpy as np
 
 from citerag.index.analyzer import REFERENCE, Analyzer
 from citerag.index.base import Rows, idf_mass
+from citerag.index.bm25_prune import Bounds, Part, Stats, Term, top_k
 from citerag.index.files import load_arrays, new_name, save_array, save_arrays
 from citerag.lang import DEFAULT
 from citerag.store.base import ChunkBatch
@@ -36,21 +39,39 @@ class Segment:
     """Postings of some rows: for term t, rows[offsets[t]:offsets[t+1]] and their term frequencies."""
 
     def __init__(self, terms: list[str], offsets: np.ndarray, rows: np.ndarray, tfs: np.ndarray,
-                 name: str | None = None) -> None:
+                 name: str | None = None, bounds: Bounds | None = None) -> None:
         self.terms = terms
         self.vocab = {t: i for i, t in enumerate(terms)}
-        self.offsets, self.rows, self.tfs = offsets, rows, tfs
+        # Plain views of the memory maps: np.memmap's indexing wrappers cost more than a small search.
+        self.offsets, self.rows, self.tfs = np.asarray(offsets), np.asarray(rows), np.asarray(tfs)
         self.name = name  # its directory once saved
+        self.bounds = bounds  # None for a segment saved before bounds were kept: computed per term on first use
+        self._legacy: dict[int, Bounds] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def with_bounds(self, lengths: np.ndarray, k1: float, b: float, a0: float) -> Segment:
+        self.bounds = Bounds.compute(self.offsets, self.rows, self.tfs, lengths, k1, b, a0)
+        return self
+
+    def part(self, term: str, stats: Stats, lengths: np.ndarray) -> Part | None:
+        """The term's postings here, with the dead rows among them and the bound of their tf / (tf + norm)."""
         i = self.vocab.get(term)
         if i is None:
             return None
-        a, b = self.offsets[i], self.offsets[i + 1]
-        return self.rows[a:b], self.tfs[a:b]
+        a, z = int(self.offsets[i]), int(self.offsets[i + 1])
+        rows, tfs = self.rows[a:z], self.tfs[a:z]
+        bounds = self.bounds
+        if bounds is None:
+            bounds = self._legacy.get(i)
+            if bounds is None:
+                bounds = Bounds.compute(np.array([0, z - a]), rows, tfs, lengths, stats.k1, stats.b, stats.avg)
+                self._legacy[i] = bounds
+            ratio = bounds.ratio(0, stats.k1, stats.b, stats.avg)
+        else:
+            ratio = bounds.ratio(i, stats.k1, stats.b, stats.avg)
+        return Part(rows, tfs, stats.dead_between(int(rows[0]), int(rows[-1])), ratio)
 
     @classmethod
     def from_postings(cls, postings: dict[str, tuple[list[int], list[int]]]) -> Segment:
@@ -94,6 +115,8 @@ class Segment:
         save_array(folder / "offsets.npy", self.offsets)
         save_array(folder / "rows.npy", np.asarray(self.rows))
         save_array(folder / "tfs.npy", np.asarray(self.tfs))
+        if self.bounds is not None:
+            save_arrays(folder / "bounds.npz", **self.bounds.arrays())
         self.name = name
         return name
 
@@ -101,8 +124,10 @@ class Segment:
     def load(cls, directory: Path, name: str) -> Segment:
         folder = directory / name
         text = (folder / "terms.txt").read_text(encoding="utf-8")
+        bounds = Bounds.from_arrays(load_arrays(folder / "bounds.npz")) if (folder / "bounds.npz").exists() else None
         return cls(text.split("\n") if text else [], np.load(folder / "offsets.npy"),
-                   np.load(folder / "rows.npy", mmap_mode="r"), np.load(folder / "tfs.npy", mmap_mode="r"), name)
+                   np.load(folder / "rows.npy", mmap_mode="r"), np.load(folder / "tfs.npy", mmap_mode="r"), name,
+                   bounds)
 
 
 class Bm25Index:
@@ -120,6 +145,8 @@ class Bm25Index:
         self.segments = segments or []
         self._pending: dict[str, tuple[list[int], list[int]]] = {}
         self._pending_rows = 0
+        self._pending_arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # of _pending's lists, per word asked
+        self._stats: Stats | None = None
 
     def __len__(self) -> int:
         return self.rows.live_count
@@ -141,33 +168,58 @@ class Bm25Index:
                 tfs.append(count)
         self.lengths = np.concatenate([self.lengths, lengths])
         self._pending_rows += len(rows)
+        self._pending_arrays, self._stats = {}, None
         if self._pending_rows >= FREEZE_ROWS:
             self._freeze()
 
+    def _avg(self) -> float:
+        n = self.rows.live_count
+        return float(self.lengths[self.rows.live].sum() / n) if n else 1.0
+
     def _freeze(self) -> None:
         if self._pending:
-            self.segments.append(Segment.from_postings(self._pending))
-        self._pending, self._pending_rows = {}, 0
+            segment = Segment.from_postings(self._pending)
+            self.segments.append(segment.with_bounds(self.lengths, self.k1, self.b, self._avg()))
+        self._pending, self._pending_rows, self._pending_arrays = {}, 0, {}
 
     def remove_documents(self, document_ids: Iterable[int]) -> None:
         self.rows.remove_documents(document_ids)
+        self._stats = None
 
-    def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        rows, tfs = [], []
-        for s in self.segments:
-            hit = s.postings(term)
-            if hit is not None:
-                rows.append(hit[0])
-                tfs.append(hit[1])
-        pending = self._pending.get(term)
-        if pending is not None:
-            rows.append(np.asarray(pending[0], dtype=np.int64))
-            tfs.append(np.asarray(pending[1], dtype=np.int32))
-        if not rows:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-        row, tf = np.concatenate(rows), np.concatenate(tfs)
-        keep = self.rows.live[row]
-        return row[keep], tf[keep]
+    def _live_stats(self) -> Stats | None:
+        """N, avg, each row's length norm and the dead rows, kept until the rows change (None: no live row)."""
+        live = self.rows.live
+        n = int(np.count_nonzero(live))
+        stats = self._stats
+        if stats is not None and stats.key == (len(live), n) and stats.live is live and stats.lengths is self.lengths:
+            return stats
+        if not n:
+            return None
+        k1, b = self.k1, self.b
+        avg = float(self.lengths[live].sum() / n)  # integer-valued, so the sum is exact in any order
+        norm = k1 * (1 - b + (b * self.lengths) / avg)  # element by element as `scores` always computed it
+        stats = Stats((len(live), n), n, avg, norm, live, self.lengths, np.flatnonzero(~live), k1, b)
+        self._stats = stats
+        return stats
+
+    def _terms(self, tokens: list[str], stats: Stats) -> dict[str, Term]:
+        """The query's words that some segment or the pending rows hold."""
+        out: dict[str, Term] = {}
+        for word, count in Counter(tokens).items():
+            parts = [p for s in self.segments if (p := s.part(word, stats, self.lengths)) is not None]
+            pending = self._pending.get(word)
+            if pending is not None:
+                arrays = self._pending_arrays.get(word)
+                if arrays is None:
+                    arrays = (np.asarray(pending[0], dtype=np.int64), np.asarray(pending[1], dtype=np.int32))
+                    self._pending_arrays[word] = arrays
+                rows, tfs = arrays
+                f = tfs.astype(np.float64)
+                parts.append(Part(rows, tfs, stats.dead_between(int(rows[0]), int(rows[-1])),
+                                  min(1.0, float((f / (f + stats.norm[rows])).max()))))
+            if parts:
+                out[word] = Term(parts, count, stats)
+        return out
 
     @property
     def language(self) -> str:
@@ -176,34 +228,46 @@ class Bm25Index:
 
     def scores(self, query: str) -> np.ndarray:
         """The reference's score of every row (dead rows score 0)."""
+        stats = self._live_stats()
+        if stats is None:
+            return np.zeros(len(self.rows), dtype=np.float64)
+        tokens = self.analyzer.terms(query, fallback=self.language)
+        return self._full(tokens, self._terms(tokens, stats))
+
+    def _full(self, tokens: list[str], terms: dict[str, Term]) -> np.ndarray:
         out = np.zeros(len(self.rows), dtype=np.float64)
-        n = self.rows.live_count
-        if not n:
-            return out
-        avg = float(self.lengths[self.rows.live].sum() / n)  # integer-valued, so the sum is exact in any order
-        k1, b = self.k1, self.b
-        weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for word in self.analyzer.terms(query, fallback=self.language):  # a repeated word counts again
-            if word not in weights:
-                row, tf = self._postings(word)
-                df = len(row)
-                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-                f = tf.astype(np.float64)
-                # Same operation order as the reference, so the floating-point result is the same.
-                weights[word] = (row, idf * (f * (k1 + 1)) / (f + k1 * (1 - b + (b * self.lengths[row]) / avg)))
-            row, weight = weights[word]
-            out[row] += weight
+        weights: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for word in tokens:  # a repeated word counts again
+            if word in terms:
+                if word not in weights:
+                    weights[word] = terms[word].live()
+                for rows, weight in weights[word]:
+                    out[rows] += weight
         return out
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.rows.best(self.scores(query), k, positive=True)
+        """Rows.best over `scores`, computed by MaxScore (citerag.index.bm25_prune) without scoring every posting."""
+        stats = self._live_stats()
+        if k <= 0 or stats is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        tokens = self.analyzer.terms(query, fallback=self.language)
+        terms = self._terms(tokens, stats)
+        found = top_k(tokens, terms, k, len(self.rows)) if self.k1 >= 0 and 0 <= self.b <= 1 else None
+        if found is None:
+            return self.rows.best(self._full(tokens, terms), k, positive=True)
+        rows, score = found
+        positive = score > 0
+        rows, score = rows[positive], score[positive]
+        ids = self.rows.ids[rows]
+        order = np.lexsort((ids, -score))[:k]
+        return ids[order], score[order]
 
     def query_mass(self, query: str) -> float:
-        n = self.rows.live_count
-        if not n:
+        stats = self._live_stats()
+        if stats is None:
             return 0.0
-        terms = self.analyzer.terms(query, fallback=self.language)
-        return idf_mass(n, {t: len(self._postings(t)[0]) for t in set(terms)}, terms)
+        tokens = self.analyzer.terms(query, fallback=self.language)
+        return idf_mass(stats.n, {w: t.df for w, t in self._terms(tokens, stats).items()}, tokens)
 
     def save(self, directory: Path) -> dict[str, Any]:
         self._freeze()
@@ -214,7 +278,8 @@ class Bm25Index:
             # Merge tiers: a segment at least a quarter of the size of the one before it joins it.
             while len(self.segments) > 1 and len(self.segments[-1]) * 4 >= len(self.segments[-2]):
                 last = self.segments.pop()
-                self.segments[-1] = Segment.merge([self.segments[-1], last], self.rows.live)
+                merged = Segment.merge([self.segments[-1], last], self.rows.live)
+                self.segments[-1] = merged.with_bounds(self.lengths, self.k1, self.b, self._avg())
         names = [s.name if s.name is not None else s.save(directory) for s in self.segments]
         table = new_name("bm25-rows", ".npz")
         save_arrays(directory / table, ids=self.rows.ids, documents=self.rows.documents, lengths=self.lengths)
@@ -224,9 +289,13 @@ class Bm25Index:
     def _compact(self) -> None:
         live = self.rows.live
         remap = np.cumsum(live) - 1
-        self.segments = [Segment.merge(self.segments, live, remap)] if self.segments else []
+        a0 = self._avg()
+        lengths = self.lengths[live]
+        self.segments = [Segment.merge(self.segments, live, remap).with_bounds(lengths, self.k1, self.b, a0)] \
+            if self.segments else []
         self.rows = Rows(self.rows.ids[live], self.rows.documents[live])
-        self.lengths = self.lengths[live]
+        self.lengths = lengths
+        self._stats = None
 
     @classmethod
     def load(cls, directory: Path, state: dict[str, Any], analyzer: Analyzer = REFERENCE) -> Bm25Index:
