@@ -2,36 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from citerag.settings import Settings, SettingsError, load_settings
+from citerag.settings import Settings, load_settings
+from test_settings import clean_env, problems, write_config  # the settings tests' own helpers (clean_env: autouse)
 
-
-@pytest.fixture(autouse=True)
-def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No CITERAG_* variable from the caller's shell, and the working directory in tmp_path."""
-    for name in list(os.environ):
-        if name.startswith("CITERAG_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def write_config(index: Path, text: str) -> Path:
-    index.mkdir(parents=True, exist_ok=True)
-    path = index / "config.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def problems(index: Path, **flags: Any) -> str:
-    with pytest.raises(SettingsError) as info:
-        load_settings(index, **flags)
-    return str(info.value)
+__all__ = ["clean_env"]
 
 
 def test_default_is_every_core(tmp_path: Path) -> None:
