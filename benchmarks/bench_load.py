@@ -20,6 +20,12 @@ What it runs, all on 127.0.0.1 and offline:
    flight when the time is up count, and so does the time they take), the cache hits the answers report, whether
    ingestion finished before the run ended, and every distinct citation returned checked against its document's
    canonical text (quote == text[start:end]).
+4. A cached answer, as one client sees it: after the runs, one question asked again and again over HTTP, each
+   request sent when the previous answer is in (the first fills the answer cache; each timed one must be an
+   answer-cache hit), on that server (traces kept, the default trace_keep) and then on the same home served again
+   with CITERAG_TRACE_KEEP=0: p50/p95 and requests per second of the one client. The difference is what keeping
+   an operation's trace costs a request (--cached-asks 0 skips it; --cached-only measures it alone, on a server
+   that has answered nothing else: no locust runs, no uploads).
 
 Each run uploads into a collection of its own (`upload-cold`, `upload-warm`) on the same server, so that the
 indexing thread is as busy in both runs but the asked collection's store generation does not move: the retrieval
@@ -135,9 +141,11 @@ class Server:
 
 
 @contextmanager
-def serve(home: Path, files: Sequence[Path], log: Path, stop_grace: float = 60.0) -> Iterator[Server]:
+def serve(home: Path, files: Sequence[Path], log: Path, stop_grace: float = 60.0,
+          env: dict[str, str] | None = None) -> Iterator[Server]:
     """A home with `files` ingested into its collection `default`, an admin key, and `citerag serve` on a free
-    loopback port; stopped (and killed if it will not stop) on the way out, whatever happened."""
+    loopback port (`env`: variables of the server process only); stopped (and killed if it will not stop) on the
+    way out, whatever happened."""
     home.mkdir(parents=True, exist_ok=True)
     _run([BIN / "citerag", "ingest", "--index", home, *files], 1800)
     key = _run([BIN / "citerag", "keys", "create", "--index", home, "--scope", "admin"], 120).strip().splitlines()[-1]
@@ -146,7 +154,7 @@ def serve(home: Path, files: Sequence[Path], log: Path, stop_grace: float = 60.0
     with open(log, "wb") as out:
         process = subprocess.Popen([str(BIN / "citerag"), "serve", "--index", str(home), "--host", "127.0.0.1",
                                     "--port", str(port), *RATE_LIMIT_OFF],
-                                   env=_env(), stdout=out, stderr=subprocess.STDOUT)
+                                   env=_env(**(env or {})), stdout=out, stderr=subprocess.STDOUT)
     try:
         _tests_on_path()
         from http_servers import wait_healthy
@@ -380,6 +388,28 @@ def run_load(server: Server, work: Path, *, label: str, collection: str = "defau
     return result
 
 
+def cached_answer(server: Server, collection: str = "default", asks: int = 300) -> dict[str, Any]:
+    """One client asking the dev set's first question `asks` times, each request sent when the previous answer is
+    in, after one ask that fills the answer cache: the latency of an answer-cache hit over HTTP (loopback), what
+    the server does around it included (keeping its trace, unless the collection keeps none)."""
+    question = dev_questions()[0]
+    path = f"/v1/collections/{collection}/ask"
+    ms: list[float] = []
+    misses = 0
+    with server.client() as client:
+        client.post(path, json={"question": question}).raise_for_status()
+        started = time.perf_counter()
+        for _ in range(asks):
+            sent = time.perf_counter()
+            reply = client.post(path, json={"question": question})
+            ms.append((time.perf_counter() - sent) * 1000)
+            reply.raise_for_status()
+            misses += not (reply.json().get("cache") or {}).get("answer")
+        elapsed = time.perf_counter() - started
+    return {"asks": asks, "answer_cache_misses": misses, **_percentiles(ms),
+            "one_client_rps": round(asks / max(elapsed, 1e-9), 1)}
+
+
 def clean(run: dict[str, Any]) -> list[str]:
     """What makes a run fail: errors, invalid citations, upload or indexing failures."""
     problems = []
@@ -417,6 +447,9 @@ def main() -> None:
     parser.add_argument("--request-timeout", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, records, the index)")
+    parser.add_argument("--cached-asks", type=int, default=300,
+                        help="timed asks of one cached answer, traces kept and trace_keep 0 (0: not measured)")
+    parser.add_argument("--cached-only", action="store_true", help="only the cached answer: no locust runs")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="citerag-bench-load-"))
@@ -424,10 +457,11 @@ def main() -> None:
     uploads = upload_corpus(work / "uploads")
     print(f"work in {work}; ingesting {len(files)} chapters, then serving", flush=True)
     runs: list[dict[str, Any]] = []
+    cached: dict[str, Any] = {}
     finished = False
     try:
         with serve(work / "home", files, work / "serve.log") as server:
-            for label, count in (("cold", 0), ("warm", None)):
+            for label, count in () if args.cached_only else (("cold", 0), ("warm", None)):
                 # warm: the cold run's texts (every text it sent), so each request finds the entries it wrote.
                 issued = runs[0]["sent"] if count is None else count
                 run = run_load(server, work, label=label, users=args.users, seconds=args.seconds,
@@ -437,6 +471,13 @@ def main() -> None:
                 runs.append(run)
                 print(f"{label}: {run['requests']} requests, {run['errors']} errors, {run['latency']}, "
                       f"{run['throughput_rps']} req/s, ingestion {run.get('ingestion')}", flush=True)
+            if args.cached_asks:
+                cached["traces_kept"] = cached_answer(server, asks=args.cached_asks)
+        if args.cached_asks:  # the same home served again, keeping no traces
+            untraced = {"CITERAG_TRACE_KEEP": "0"}
+            with serve(work / "home", files, work / "serve-trace-keep-0.log", env=untraced) as server:
+                cached["trace_keep_0"] = cached_answer(server, asks=args.cached_asks)
+            print(f"cached answer: {cached}", flush=True)
         finished = True
     finally:
         if finished and not args.keep:
@@ -453,15 +494,21 @@ def main() -> None:
         "corpus": {"asked": "default", "chapters": len(files), "questions": len(dev_questions()),
                    "uploaded": len(uploads)},
         "runs": {r["label"]: r for r in runs},
+        "cached_answer": cached,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(table(runs))
+    for condition, figures in cached.items():
+        print(f"cached answer, {condition.replace('_', ' ')}: p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms, "
+              f"{figures['one_client_rps']} req/s for one client ({figures['answer_cache_misses']} misses)")
     print(f"written {args.out}")
-    if args.out == DEFAULT_OUT and args.users >= 50 and args.seconds >= 60:  # the page shows the full run only
+    if args.out == DEFAULT_OUT and args.users >= 50 and args.seconds >= 60 and runs:  # the full run only
         reliability_page.fill(result)
         print(f"written {reliability_page.PAGE}")
     problems = [f"{r['label']}: {p}" for r in runs for p in clean(r)]
+    problems += [f"cached answer, {c}: {f['answer_cache_misses']} answer-cache misses" for c, f in cached.items()
+                 if f["answer_cache_misses"]]
     if problems:
         sys.exit("\n".join(problems))
 

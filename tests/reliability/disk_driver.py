@@ -404,6 +404,10 @@ def scenario_index_files(work: Path) -> dict[str, Any]:
             # Committed to the store without saving (a save is what fails here): 60 documents, ~400 chunks, so the
             # next save extends the vectors, writes a new graph (past 256 new rows), segments and tables.
             collection.indexer.ingest(discover(files[20:80]))
+            # Their traces written now (a writer thread keeps them after the operations, citerag.trace.writer) and
+            # the file closed: nothing but the saves below writes to the disk the loop fills.
+            assert collection.traces is not None
+            collection.traces.close()
             leave = 0
             while True:
                 filler = fill(mnt, leave)

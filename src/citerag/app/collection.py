@@ -69,7 +69,11 @@ class Collection:
         return str(self.settings.sqlite_dir) if self.settings.store_scheme == "sqlite" else self.settings.safe_url
 
     def close(self) -> None:
-        self.store.close()
+        try:
+            if self.traces is not None:  # its queued traces written first: a PostgreSQL one borrows the store's pool
+                self.traces.close()
+        finally:
+            self.store.close()
 
     # Writing
     # Each write ends by saving the search indexes (see persist_indexes), also when the write failed half way.
@@ -267,8 +271,8 @@ class Collection:
         options = trace_options(settings) if settings is not None else {}
         kept = texts if self.settings.trace_text else None
 
-        def write(spans: Sequence[Any]) -> None:
-            store.write(spans, options, self.name, kept)
+        def write(spans: Sequence[Any]) -> None:  # queued for the store's writer thread: never on the request path
+            store.submit(spans, options, self.name, kept)
 
         return write
 

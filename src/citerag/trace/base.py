@@ -18,26 +18,40 @@ __all__ = ["TraceExists", "TraceRow", "TraceStore", "span_json", "trace_row"]
 
 
 class TraceStore(Protocol):
-    """One collection's kept traces."""
+    """One collection's kept traces, written off the request path by a writer thread of the store's own
+    (citerag.trace.writer: what each method waits for, and what a crash may lose)."""
 
     keep: int
 
+    def submit(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
+               texts: dict[str, str] | None = None) -> None:
+        """Queue one operation's trace (its root span last) for the writer, and return at once: what an operation
+        that ends calls. Never blocks on the store and never raises: a trace that cannot be kept is a warning."""
+        ...
+
     def write(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
               texts: dict[str, str] | None = None) -> str:
-        """Keep one operation's trace (its root span last); the oldest beyond `keep` are dropped. Returns its id.
-        Raises TraceExists, keeping nothing, when a trace is already kept under its id: kept traces are never
-        overwritten."""
+        """Keep one operation's trace and wait until it is written; the oldest beyond `keep` are dropped. Returns
+        its id. Raises TraceExists, keeping nothing, when a trace is already kept under its id: kept traces are
+        never overwritten."""
+        ...
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every trace submitted before this call is written (or failed); False on timeout."""
         ...
 
     def get(self, trace_id: str) -> dict[str, Any] | None:
-        """The trace's record, or None (also when no trace was ever kept: reading creates nothing)."""
+        """The trace's record, or None (also when no trace was ever kept: reading creates nothing). Flushes
+        first: a trace submitted in this process is found right away."""
         ...
 
     def count(self) -> int:
+        """How many traces are kept (flushes first)."""
         ...
 
     def close(self) -> None:
-        """Release what the store holds (a no-op where it borrows its connections)."""
+        """Write what is queued, end the writer thread and release what the store holds (not connections it
+        borrows). The store stays usable: a later trace starts a writer again."""
         ...
 
 

@@ -5,6 +5,9 @@ Two backends behind `TraceStore` (citerag.trace.base), chosen by the store URL (
 SQLite file beside a sqlite:/// store (INDEX/traces.sqlite3, citerag.trace.store_sqlite), or the `traces` table of
 a postgresql:// store's database (citerag.trace.store_postgres), where every API process and worker of a
 collection writes to, and reads back from, the same rows: a trace id returned by one process opens on any other.
+Either is written off the request path, by a writer thread per store (citerag.trace.writer): an operation queues
+its trace and goes on; a read in the same process waits for the queue, one in another process finds the trace
+once that process has committed it (the time of one transaction, normally).
 
 A row is one operation's trace as JSON (its spans: names, ids, timings, attributes) plus the options that
 replaying it needs (mode, k, threshold, ...). The question and the answer are user data: kept only when the

@@ -4,6 +4,14 @@ other. See citerag.trace.base.
 
 Reads and writes go to the primary, never to a replica: a client reads a trace back by the id its request just
 returned, before a replica may have replayed it.
+
+Written off the request path by the store's writer thread (citerag.trace.writer), a batch per transaction on a
+connection of the pool (the collection store's, borrowed), taken for the batch only. What another process may
+count on: a trace is committed in the time of one transaction after its operation ended, longer only while the
+database is slow or the writer's queue is long, and never when its process was killed first; in the process that
+ran the operation, get() and count() wait for it. GET /v1/traces/{id} looks again for a while when a trace is
+not found in a shared database (citerag.service.routes.traces), so that an id one API process returned opens on
+another.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.store.pg_migrate import migrate
-from citerag.trace.base import TraceExists, trace_row
+from citerag.trace.base import TraceRow
+from citerag.trace.writer import Pending, TraceWriter
 
 try:
     import psycopg
@@ -56,6 +65,7 @@ class PostgresTraceStore:
         self.collection = collection
         self._owns_pool = owns_pool
         self._where = where
+        self.writer = TraceWriter(lambda: _Rows(self), where)
 
     @classmethod
     def connect(cls, url: str, collection: str, keep: int, where: str = "the trace database") -> PostgresTraceStore:
@@ -85,20 +95,35 @@ class PostgresTraceStore:
             self.collection_id = int(row[0]) if row else None
         return self.collection_id
 
+    def submit(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
+               texts: dict[str, str] | None = None) -> None:
+        self.writer.submit(Pending(spans, options, collection, texts))
+
     def write(self, spans: Sequence[ReadableSpan], options: dict[str, Any], collection: str,
               texts: dict[str, str] | None = None) -> str:
-        row = trace_row(spans, options, collection, texts)
+        item = Pending(spans, options, collection, texts)
+        self.writer.write(item)
+        return item.trace_id
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self.writer.flush() if timeout is None else self.writer.flush(timeout)
+
+    def write_rows(self, rows: Sequence[TraceRow]) -> list[bool]:
+        """Keep `rows` in one transaction (see citerag.trace.writer.RowSink)."""
         with self._transaction() as conn:
             collection_id = self._collection_id(conn)
-            if collection_id is None:
-                return row.trace_id
-            # Insert only: a kept trace is never replaced (nor made the newest) by a later one under its id.
-            added = conn.execute(
-                "INSERT INTO traces (collection_id, trace_id, operation, started, record)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id, trace_id) DO NOTHING",
-                (collection_id, row.trace_id, row.operation, row.started, Jsonb(_no_nul(row.record))))
-            if added.rowcount == 0:
-                raise TraceExists(f"trace {row.trace_id} is already kept")
+            if collection_id is None:  # until the collection exists, nothing is kept (and that is no error)
+                return [True] * len(rows)
+            added = []
+            for row in rows:
+                # Insert only: a kept trace is never replaced (nor made the newest) by a later one under its id.
+                cursor = conn.execute(
+                    "INSERT INTO traces (collection_id, trace_id, operation, started, record)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id, trace_id) DO NOTHING",
+                    (collection_id, row.trace_id, row.operation, row.started, Jsonb(_no_nul(row.record))))
+                added.append(cursor.rowcount == 1)
+            if not any(added):
+                return added
             locked = conn.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", (_PRUNE_LOCK, collection_id)).fetchone()
             if locked and locked[0]:
                 # The keep-th newest row's seq bounds what stays (seq is shared by every collection: not a count).
@@ -106,9 +131,10 @@ class PostgresTraceStore:
                     "DELETE FROM traces WHERE collection_id = %s AND seq < (SELECT seq FROM traces"
                     " WHERE collection_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1)",
                     (collection_id, collection_id, self.keep - 1))
-        return row.trace_id
+        return added
 
     def get(self, trace_id: str) -> dict[str, Any] | None:
+        self.flush()  # a trace this process just ended is readable right away
         with self._transaction() as conn:
             collection_id = self._collection_id(conn)
             if collection_id is None:
@@ -119,6 +145,7 @@ class PostgresTraceStore:
         return record
 
     def count(self) -> int:
+        self.flush()
         with self._transaction() as conn:
             collection_id = self._collection_id(conn)
             if collection_id is None:
@@ -127,5 +154,22 @@ class PostgresTraceStore:
         return int(found[0]) if found else 0
 
     def close(self) -> None:
+        """Write what is queued (through the pool: close this before the store that lends it), then close the
+        pool when it is the store's own."""
+        self.writer.close()
         if self._owns_pool:
             self.pool.close()
+
+
+class _Rows:
+    """The writer thread's hold on a PostgreSQL trace store (citerag.trace.writer.RowSink): a pool connection per
+    batch, so that a borrowed pool lends none for long."""
+
+    def __init__(self, store: PostgresTraceStore) -> None:
+        self.store = store
+
+    def write(self, rows: Sequence[TraceRow]) -> list[bool]:
+        return self.store.write_rows(rows)
+
+    def close(self) -> None:
+        pass

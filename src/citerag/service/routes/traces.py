@@ -3,6 +3,7 @@ other key it does not exist (404), exactly as for every other route."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
@@ -12,19 +13,31 @@ from citerag.service.auth import Caller, ServiceDep
 from citerag.service.errors import not_found
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"])
+# A trace is written just after its operation, off the request path (citerag.trace.writer): in this process a read
+# waits for it, but in a database every API process shares, an id another process returned a moment ago may be on
+# its way still. A miss there is looked for again, for up to this long, before the 404.
+SHARED_ARRIVAL_S = 2.0
 
 
 @router.get("/{trace_id}")
 def get_trace(trace_id: Annotated[str, Path(pattern=r"^[0-9a-fA-F]{32}$")], svc: ServiceDep,
               who: Caller) -> dict[str, Any]:
     """The trace (the X-Trace-Id of a search or an answer): its operation, options and spans."""
-    for name in svc.app.collection_names():
-        if not who.sees(name):  # only the caller's collections are looked in: another's trace is not found
-            continue
-        try:
-            record = svc.app.collection(name).trace(trace_id.lower())
-        except CiteragError:  # deleted meanwhile
-            continue
-        if record is not None:
-            return record
-    raise not_found(f"trace {trace_id}")
+    deadline, pause = time.monotonic() + SHARED_ARRIVAL_S, 0.01
+    while True:
+        shared = False
+        for name in svc.app.collection_names():
+            if not who.sees(name):  # only the caller's collections are looked in: another's trace is not found
+                continue
+            try:
+                collection = svc.app.collection(name)
+                record = collection.trace(trace_id.lower())
+            except CiteragError:  # deleted meanwhile
+                continue
+            if record is not None:
+                return record
+            shared = shared or collection.settings.store_scheme != "sqlite"
+        if not shared or time.monotonic() + pause > deadline:
+            raise not_found(f"trace {trace_id}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
