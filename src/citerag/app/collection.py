@@ -72,6 +72,8 @@ class Collection:
         try:
             if self.traces is not None:  # its queued traces written first: a PostgreSQL one borrows the store's pool
                 self.traces.close()
+            # An HNSW graph still being built in the background is waited for and saved, with the store still open.
+            self.search_backend.close(self.store)
         finally:
             self.store.close()
 

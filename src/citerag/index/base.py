@@ -108,6 +108,10 @@ class SearchBackend(Protocol):
         """After a write: make what the write changed durable for the next process (never raises)."""
         ...
 
+    def close(self, store: Store) -> None:
+        """Before the collection closes: finish background index work and save it (an HNSW graph being built)."""
+        ...
+
 
 class Rows:
     """An index's row table: the chunk id and document of each row, tombstones, and lookups by id.

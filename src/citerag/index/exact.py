@@ -99,6 +99,14 @@ class ExactIndex:
         save_arrays(directory / table, ids=self.rows.ids, documents=self.rows.documents)
         return {"type": self.kind, "dim": self.dim, "rows": len(self.rows), "vectors": self._file, "table": table}
 
+    def saved_vectors(self) -> tuple[str | None, np.ndarray]:
+        """The vectors file and its rows, memory-mapped; right after `save` that is every row. Rows below this count
+        never change under the file's name (appends go after them, a compaction writes a new file), and the map
+        keeps them readable even once a later state no longer names the file (an HNSW build reads them)."""
+        if self._tail:
+            raise RuntimeError("rows added since the last save are not in the vectors file")
+        return self._file, self._stored
+
     def _append(self, path: Path) -> None:
         tail = self._tail_rows()
         stored = len(self._stored)

@@ -8,67 +8,42 @@ release is from 2023).
 
 The graph is rebuilt only now and then: vectors added since (the delta) are searched exactly, and removed
 chunks are filtered out. Similarities returned are always exact (recomputed from the float32 vectors), so
-the gate sees the same cosine distance whichever index found the chunk.
+the gate sees the same cosine distance whichever index found the chunk. A rebuild of more than
+hnsw_build.SYNC_BUILD_ROWS vectors runs in the background (hnsw_build.py): the save that finds it due returns at
+once, searches keep the old graph and the delta meanwhile, and a later save adopts the finished graph.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from citerag.index import hnsw_build
 from citerag.index.exact import ExactIndex
-from citerag.index.files import fsync_path, load_arrays, new_name, save_arrays, write_error
+from citerag.index.files import load_arrays, new_name, save_arrays
+from citerag.index.hnsw_graph import (  # noqa: F401 - the graph's parameters, named here as before
+    CONNECTIVITY,
+    EXPANSION_ADD,
+    EXPANSION_SEARCH,
+    MAX_EXPANSION_SEARCH,
+    PARALLEL_ADD_ROWS,
+    new_graph,
+    restore,
+    save_graph,
+    search_expansion,
+)
 from citerag.store.base import ChunkBatch
 
-# Measured on the scale benchmark's vectors (near-copies of the 1,343 dev-set chunk vectors at cosine 0.84-0.91
-# to their source, so a query's 10th and 11th neighbours differ by about 0.0007), queries the 80 dev questions,
-# recall@10 against exact. 100k: M 16 / ef 64 0.906, M 16 / ef 256 0.982, M 32 / ef 256 0.999 (0.73 ms p95);
-# float32 storage instead of float16 gained under 0.01. 1M (745 near-copies per chunk), M 32: ef 256 0.849,
-# 1024 0.968, 4096 0.974, 8192 0.999 (21.5 ms p95); fetching 500 candidates instead of k and rescoring them
-# exactly gained nothing. So the search breadth grows with the graph: `search_expansion`.
-CONNECTIVITY = 32
-EXPANSION_ADD = 128
-EXPANSION_SEARCH = 256  # the least breadth, for graphs up to 32k vectors
-MAX_EXPANSION_SEARCH = 8192
+log = logging.getLogger(__name__)
+
 DELTA_ROWS = 256  # the graph absorbs the delta past this many rows, or past DELTA_FRACTION of its size
 DELTA_FRACTION = 0.05
 DEAD_FRACTION = 0.25  # past this share of removed chunks in the graph, it is rebuilt
-PARALLEL_ADD_ROWS = 50_000
-
-
-def _usearch() -> Any:
-    """usearch's Index class, imported after onnxruntime: loading onnxruntime 1.31.1 once usearch 2.26.6 is
-    loaded crashes the process (SIGSEGV in libstdc++'s codecvt), and the query encoder loads it lazily."""
-    import onnxruntime  # noqa: F401
-    from usearch.index import Index
-
-    return Index
-
-
-def search_expansion(graph_size: int) -> int:
-    """The search breadth (ef) for a graph of this many vectors: size / 128 rounded up to a power of two,
-    between EXPANSION_SEARCH and MAX_EXPANSION_SEARCH (256 up to 32k vectors, 1024 at 100k, 8192 at 1M)."""
-    wanted = 1 << max(int(np.ceil(np.log2(max(graph_size, 1) / 128))), 0)
-    return int(min(max(wanted, EXPANSION_SEARCH), MAX_EXPANSION_SEARCH))
-
-
-def _restore(path: Path, view: bool) -> Any:
-    try:
-        graph = _usearch().restore(str(path), view=view)
-    except RuntimeError as exc:  # e.g. "File is corrupted and can't fit all the nodes": the caller rebuilds
-        raise OSError(f"HNSW graph {path} is unreadable ({exc})") from exc
-    if graph is None:
-        raise OSError(f"HNSW graph {path} is unreadable")
-    graph.expansion_search = search_expansion(graph.size)  # not kept in the file: a restored graph would use 64
-    return graph
-
-
-def _new_graph(dim: int) -> Any:
-    return _usearch()(ndim=dim, metric="cos", dtype="f16", connectivity=CONNECTIVITY, expansion_add=EXPANSION_ADD,
-                 expansion_search=EXPANSION_SEARCH)
 
 
 class HnswIndex:
@@ -146,9 +121,11 @@ class HnswIndex:
     def save(self, directory: Path) -> dict[str, Any]:
         exact_state = self.exact.save(directory)
         self._delta = None  # compaction renumbers rows
-        delta, graph_size = len(self.delta_rows()), len(self.graph_ids)
-        if (self.graph is None and delta) or self._dead_in_graph() > DEAD_FRACTION * graph_size or \
-                delta > max(DELTA_ROWS, DELTA_FRACTION * graph_size):
+        build = hnsw_build.current(directory)
+        if build is not None and not build.running:
+            hnsw_build.take(build)
+            self._adopt(directory, build)
+        if (build is None or not build.running) and self._absorb_due():
             self._absorb(directory)
         state: dict[str, Any] = {"type": self.kind, "exact": exact_state, "graph": self._graph_file,
                                  "graph_ids": None}
@@ -157,35 +134,69 @@ class HnswIndex:
             save_arrays(directory / state["graph_ids"], ids=self.graph_ids, live=self.graph_live)
         return state
 
+    def _absorb_due(self) -> bool:
+        delta, graph_size = len(self.delta_rows()), len(self.graph_ids)
+        return (self.graph is None and delta > 0) or self._dead_in_graph() > DEAD_FRACTION * graph_size or \
+            delta > max(DELTA_ROWS, DELTA_FRACTION * graph_size)
+
+    def work_due(self, directory: Path) -> bool:
+        """Whether a save here has graph work to do: adopt this process's finished build, or start one that is due."""
+        build = hnsw_build.current(directory)
+        return not build.running if build is not None else self._absorb_due()
+
     def _absorb(self, directory: Path) -> None:
-        """Write a graph holding every live vector: the old one extended, or a new one if much has died."""
+        """Make a graph of every live vector (the old one extended, or a new one if much has died): at once when it
+        is small, else started in the background (called right after the exact index saved every row)."""
         live = np.flatnonzero(self.exact.rows.live)
         if not len(live):
             self.graph, self._graph_file = None, None
             self.graph_ids, self.graph_live = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
             self._delta = None
             return
-        dead = self._dead_in_graph()
-        if self.graph is None or dead > DEAD_FRACTION * len(self.graph_ids):
-            graph, rows = _new_graph(self.dim), live
-        else:
-            graph = _restore(directory / str(self._graph_file), view=False)  # a view cannot be extended
-            if dead:
-                graph.remove(self.graph_ids[~self.graph_live])
-            rows = self.delta_rows()
-        # usearch's parallel insertion leaves a few nodes unreachable (measured: 2-3 of 600 random vectors, 1 in
-        # 5,000 at 20k); one thread builds small batches exactly, and large ones are where threads pay off.
-        threads = 0 if len(rows) >= PARALLEL_ADD_ROWS else 1
-        for start in range(0, len(rows), 65_536):
-            part = rows[start:start + 65_536]
-            graph.add(self.exact.rows.ids[part], self.exact.vectors(part), threads=threads)
-        name = new_name("hnsw-graph", ".usearch")
-        _save_graph(graph, directory / name)
-        fsync_path(directory / name)
-        self.graph_ids = np.sort(self.exact.rows.ids[live])
-        self.graph_live = np.ones(len(self.graph_ids), dtype=bool)
-        self._graph_file = name
-        self.graph = _restore(directory / name, view=True)
+        fresh = self.graph is None or self._dead_in_graph() > DEAD_FRACTION * len(self.graph_ids)
+        add_rows = live if fresh else self.delta_rows()
+        exact_file, vectors = self.exact.saved_vectors()
+        ids = self.exact.rows.ids[live]
+        order = np.argsort(ids)
+        build = hnsw_build.GraphBuild(
+            directory, self.dim, started_on=self._graph_file, base_file=None if fresh else self._graph_file,
+            remove_keys=np.zeros(0, dtype=np.int64) if fresh else self.graph_ids[~self.graph_live],
+            add_rows=add_rows, add_ids=self.exact.rows.ids[add_rows], vectors=vectors, exact_file=exact_file,
+            ids=ids[order], rows=live[order])
+        if len(add_rows) > hnsw_build.SYNC_BUILD_ROWS:
+            hnsw_build.stage(build)  # launched once the manifest naming this state is written (SearchIndexes.save)
+            return
+        build.name = new_name("hnsw-graph", ".usearch")  # the manifest names it before this writer lets go
+        hnsw_build.run(build)
+        if build.error is not None:
+            raise build.error
+        self._adopt(directory, build)
+
+    def _adopt(self, directory: Path, build: hnsw_build.GraphBuild) -> None:
+        """Take a finished graph if it was built on top of this state's graph; else drop it (the next save
+        starts another if one is still due). Its ids still live in the same exact row are live in it; the rest
+        (removed since, or removed and added again as a new row) are dead in it, and rows added since stay in the
+        delta. Rows are compared only within one vectors file: after a compaction the build is dropped."""
+        if build.state != hnsw_build.DONE or build.started_on != self._graph_file or build.dim != self.dim or \
+                build.exact_file != self.exact.saved_vectors()[0]:
+            if build.state == hnsw_build.DONE:
+                log.info("HNSW graph built in %s dropped: the index changed under it", directory)
+            build.discard()
+            return
+        try:
+            if build.name.startswith(hnsw_build.BUILD_PREFIX):
+                # Renamed as any graph: a clean-up spares build files while their process lives, which must not
+                # keep this one once a later graph replaces it. Under the writers' lock, as every clean-up.
+                name = new_name("hnsw-graph", ".usearch")
+                os.replace(directory / build.name, directory / name)
+                build.name = name
+            graph = restore(directory / build.name, view=True)
+        except OSError as exc:  # removed meanwhile (e.g. judged stale): only the work is lost
+            log.warning("HNSW graph built in %s not adopted (%s)", directory, exc)
+            build.discard()
+            return
+        self.graph, self._graph_file = graph, build.name
+        self.graph_ids, self.graph_live = build.ids, self.exact.rows.rows_of(build.ids) == build.rows
         self._delta = None
 
     @classmethod
@@ -193,25 +204,10 @@ class HnswIndex:
         exact = ExactIndex.load(directory, state["exact"])
         if state["graph"] is None:
             return cls(exact)
-        graph = _restore(directory / state["graph"], view=True)
+        graph = restore(directory / state["graph"], view=True)
         table = load_arrays(directory / state["graph_ids"])
         return cls(exact, graph, table["ids"], table["live"], state["graph"])
 
     @staticmethod
     def files(state: dict[str, Any]) -> set[str]:
         return ExactIndex.files(state["exact"]) | ({state["graph"], state["graph_ids"]} - {None})
-
-
-def _save_graph(graph: Any, path: Path) -> None:
-    """Write the graph; a failed write is an OSError naming its cause, as every other index file's (a save that
-    fails loses nothing: the store has committed, the indexes catch up from it), and frees its room at once."""
-    try:
-        graph.save(str(path))
-        # usearch may report success for a file it could not finish (measured: a full tmpfs left a graph that
-        # its restore calls corrupted); the length it meant to write says.
-        if (written := path.stat().st_size) != graph.serialized_length:
-            raise RuntimeError(f"{written} of {graph.serialized_length} bytes written")
-    except RuntimeError as exc:  # usearch says only "Failed to serialize into stream", whatever the cause
-        error = write_error(path, exc)
-        path.unlink(missing_ok=True)
-        raise error from exc

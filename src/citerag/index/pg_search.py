@@ -53,3 +53,6 @@ class DatabaseSearch:
 
     def persist(self, store: Store) -> None:
         """Nothing to save: the store wrote the index rows in the same transaction as the documents."""
+
+    def close(self, store: Store) -> None:
+        """Nothing runs in the background: PostgreSQL maintains its own indexes."""

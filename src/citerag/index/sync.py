@@ -22,6 +22,7 @@ from typing import Any
 from filelock import FileLock
 from filelock import Timeout as IndexLockTimeout
 
+from citerag.index import hnsw_build
 from citerag.index.analyzer import REFERENCE, Analyzer
 from citerag.index.base import LexicalIndex, VectorIndex
 from citerag.index.bm25 import Bm25Index
@@ -95,6 +96,11 @@ class SearchIndexes:
     def __len__(self) -> int:
         return len(self.vector) if self.vector is not None else 0
 
+    def graph_work(self) -> bool:
+        """Whether saving would adopt a finished HNSW graph or start one that is due (hnsw_build.py): a save then
+        has work even with nothing new from the store."""
+        return isinstance(self.vector, HnswIndex) and self.vector.work_due(self.directory)
+
     def save(self) -> None:
         """Write this state and point the manifest at it (the caller holds the lock)."""
         state = {"format": FORMAT, "generation": self.generation, "embedding_model": self.embedding_model,
@@ -111,6 +117,7 @@ class SearchIndexes:
         os.replace(tmp, self.directory / MANIFEST)
         self.token = token
         _remove_unnamed(self.directory, state)
+        hnsw_build.launch(self.directory)  # a graph build the vector index's save staged
 
 
 def _files(state: dict[str, Any]) -> set[str]:
@@ -126,6 +133,8 @@ def _remove_unnamed(directory: Path, state: dict[str, Any] | None) -> None:
     retries with the new one (`load`)."""
     keep = _files(state) if state is not None else {MANIFEST, "lock"}
     for path in directory.iterdir():
+        if path.name.startswith(hnsw_build.BUILD_PREFIX) and not hnsw_build.stale(path):
+            continue  # a graph some live process is building or has built, not adopted yet
         if path.name not in keep:
             if path.is_dir():
                 for child in path.iterdir():
@@ -177,7 +186,7 @@ def persist(current: SearchIndexes, store: Store) -> SearchIndexes:
     directory = current.directory
     on_disk = _read_manifest(directory)
     if on_disk is not None and on_disk.get("token") == current.token and \
-            current.generation == on_disk.get("generation") == store.generation():
+            current.generation == on_disk.get("generation") == store.generation() and not current.graph_work():
         return current  # saved already: no lock file either, so an index on a read-only mount is left as it is
     directory.mkdir(parents=True, exist_ok=True)
     with FileLock(directory / "lock", timeout=LOCK_TIMEOUT_S):
@@ -188,7 +197,8 @@ def persist(current: SearchIndexes, store: Store) -> SearchIndexes:
             current = SearchIndexes(directory, current.embedding_model, current.vector_kind, analyzer=current.analyzer)
         with store.view() as view:
             current.catch_up(view)
-        if on_disk is None or on_disk.get("generation") != current.generation or current.token is None:
+        if on_disk is None or on_disk.get("generation") != current.generation or current.token is None or \
+                current.graph_work():
             try:
                 current.save()
             except BaseException:
