@@ -8,7 +8,11 @@ replaced by corpus words and "(copy C, document D)" appended (fixed seed), added
 50-chunk documents, a transaction each (merges run as in ingestion), to an embedded PostgreSQL kept under --data
 (delete it to load again); the rows layout is made from the same postings. Queries: the 80 dev questions, k = 10,
 each in a REPEATABLE READ transaction as a store view searches; both layouts must give the same ids and scores
-to the bit. Printed: per layout, the median over the rounds of each round's p50 and p95 (the CPUs are shared).
+to the bit. Beside them, what a PostgreSQL user would otherwise write: the built-in full-text search over the same
+texts (a `tsvector` column with a GIN index, `to_tsquery('english', w1 | w2 | ...)` of the question's words, the
+ten best by `ts_rank`; OR, as BM25 scores any word, where `plainto_tsquery`'s AND would find nothing for most
+questions; a different ranking, so only its time is compared). Printed: per layout, the median over the rounds of
+each round's p50 and p95 (the CPUs are shared); --json also writes them to a file.
 """
 
 from __future__ import annotations
@@ -71,9 +75,23 @@ def load(conn: psycopg.Connection, size: int) -> None:
             values = np.frombuffer(data, dtype=INT4)
             copy.write("".join(f"{COLLECTION}\t{term}\t{c}\t{f}\n" for c, f in zip(
                 ids[segment][values[:count]].tolist(), values[count:2 * count].tolist(), strict=True)))
+    conn.execute("CREATE TABLE fts (chunk_id BIGINT PRIMARY KEY, body TEXT, doc tsvector)")
+    with conn.cursor().copy("COPY fts (chunk_id, body) FROM STDIN") as copy:
+        for i, text in enumerate(all_texts, 1):
+            copy.write_row((i, text.replace("\x00", "")))
+    conn.execute("UPDATE fts SET doc = to_tsvector('english', body)")
+    conn.execute("CREATE INDEX fts_doc ON fts USING gin (doc)")
     conn.commit()
     with psycopg.connect(conn.info.dsn, autocommit=True) as other:
         other.execute("VACUUM ANALYZE")
+
+
+def fts_search(conn: psycopg.Connection, query: str, k: int) -> list[int]:
+    """PostgreSQL's own full-text search, as a user without citerag would rank chunks by a question's words."""
+    words = " | ".join(sorted(set(REFERENCE.terms(query))))
+    return [row[0] for row in conn.execute(
+        "SELECT chunk_id FROM fts, to_tsquery('english', %s) q WHERE doc @@ q ORDER BY ts_rank(doc, q) DESC LIMIT %s",
+        (words or "''", k))]
 
 
 def rows_search(conn: psycopg.Connection, query: str, k: int, k1: float = 1.2, b: float = 0.75):
@@ -110,17 +128,20 @@ def main() -> None:
     for flag, default in (("--chunks", 100_000), ("--rounds", 5)):
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--data", type=Path, default=Path("/tmp/citerag-bench-pg-bm25"))
+    parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     server = LocalPostgres(args.data / f"pg-{args.chunks}").start()
     try:
         conn = psycopg.connect(server.url("postgres"))
-        if conn.execute("SELECT to_regclass('old_postings') IS NULL").fetchone()[0]:
+        if conn.execute("SELECT to_regclass('fts') IS NULL").fetchone()[0]:  # not loaded, or by an older version
+            conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
             load(conn, args.chunks)
         conn.commit()
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         questions = [json.loads(line)["query"] for line in (DEV / "questions.jsonl").read_text().splitlines()]
         index = PgBm25Index(conn, COLLECTION, MODEL)
-        layouts = {"rows (before)": lambda q: rows_search(conn, q, 10), "segments (now)": lambda q: index.search(q, 10)}
+        layouts = {"rows (before)": lambda q: rows_search(conn, q, 10), "segments (now)": lambda q: index.search(q, 10),
+                   "full-text ts_rank": lambda q: fts_search(conn, q, 10)}
         rounds: dict[str, list[np.ndarray]] = {name: [] for name in layouts}
         for r in range(args.rounds + 1):  # round 0 warms up and checks that both give the same answers
             took: dict[str, list[float]] = {name: [] for name in layouts}
@@ -131,15 +152,19 @@ def main() -> None:
                     found.append(search(q))
                     took[name].append(1000 * (time.perf_counter() - started))
                     conn.rollback()
-                (a, sa), (b, sb) = found
+                (a, sa), (b, sb), _ = found
                 assert a.tolist() == b.tolist() and sa.tolist() == sb.tolist(), q  # to the bit
             for name in layouts if r else ():
                 rounds[name].append(np.percentile(took[name], [50, 95]))
         print(f"{len(index):,} chunks, {len(questions)} questions (k 10), median of {args.rounds} rounds' p50, p95 ms")
+        figures = {"chunks": len(index), "questions": len(questions), "rounds": args.rounds}
         for name, values in rounds.items():
             p50, p95 = np.median(values, axis=0)
-            print(f"  {name:16} p50 {p50:7.1f}   p95 {p95:7.1f}   (p50 of each round: "
+            figures[name] = {"p50_ms": round(float(p50), 2), "p95_ms": round(float(p95), 2)}
+            print(f"  {name:18} p50 {p50:7.1f}   p95 {p95:7.1f}   (p50 of each round: "
                   f"{' '.join(f'{v[0]:.1f}' for v in values)})")
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2) + "\n")
         conn.close()
     finally:
         server.stop()
