@@ -85,8 +85,9 @@ def measure(work: Path | None = None) -> dict[str, Any]:
         ingest_s.append(_wall([_cli(), "ingest", *files, "--index", str(index)], 1800))
     status = subprocess.run([_cli(), "status", "--index", str(index), "--json"], capture_output=True, text=True,
                             timeout=120, check=True, env=_env())
-    chunks = sum(d["chunk_count"] for d in json.loads(status.stdout)["documents"])
-    model = json.loads(status.stdout).get("embedding_model") or _default_model()
+    documents = json.loads(status.stdout)["documents"]
+    chunks = sum(d["chunk_count"] for d in documents)
+    model = str(documents[0]["stamps"]["embedding_model"])  # what the index was built with: the default
     asks = [_wall([_cli(), "ask", "--index", str(index), QUESTION], 300) for _ in range(ASKS)]
 
     db = sqlite3.connect(index / "index.sqlite3")
@@ -112,12 +113,6 @@ def measure(work: Path | None = None) -> dict[str, Any]:
             "ingest_rate": chunks / ingest, "st_encode_s": st_ingest, "st_encode_inside_s": st_inside,
             "ingest_ratio": ingest / st_ingest, "ask_s": asks, "ask_median_s": statistics.median(asks[1:]),
             "st_fresh_query_s": st_ask, "parts_s": parts, "load_at_end": os.getloadavg()[0]}
-
-
-def _default_model() -> str:
-    from citerag.settings import Settings
-
-    return str(Settings().embedding_model)
 
 
 def report(r: dict[str, Any]) -> list[str]:
