@@ -138,7 +138,21 @@ def integrity(path: Path) -> str:
 
     if not path.exists():
         return "absent"
-    db = sqlite3.connect(read_only_uri(path), uri=True)
+    try:
+        return _integrity_check(sqlite3.connect(read_only_uri(path), uri=True))
+    except sqlite3.OperationalError:
+        # A file in WAL mode (the traces) cannot be read in place on a full disk: its reader must create the -shm.
+        # The same bytes, the -wal with them, are checked in a copy off that disk.
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for suffix in ("", "-wal"):
+                if Path(f"{path}{suffix}").exists():
+                    shutil.copyfile(f"{path}{suffix}", Path(tmp) / f"{path.name}{suffix}")
+            return _integrity_check(sqlite3.connect(Path(tmp) / path.name))
+
+
+def _integrity_check(db: Any) -> str:
     try:
         return "; ".join(r[0] for r in db.execute("PRAGMA integrity_check"))
     finally:

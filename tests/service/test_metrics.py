@@ -151,7 +151,10 @@ def test_a_real_prometheus_computes_the_recording_rules_from_a_scrape(server: Li
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
 
     def query(expr: str) -> float | None:
-        result = api.get("/api/v1/query", params={"query": expr}).json()["data"]["result"]
+        reply = api.get("/api/v1/query", params={"query": expr})
+        if reply.status_code == 503:  # Prometheus still starting ("Service Unavailable"): no value yet
+            return None
+        result = reply.json()["data"]["result"]
         return float(result[0]["value"][1]) if result else None
 
     try:
