@@ -257,3 +257,30 @@ def test_a_collection_too_small_to_calibrate_keeps_the_threshold(tmp_path: Path)
         assert status.rule == "threshold" and status.threshold == 0.675 and "no calibration" in status.reason
         refused = collection.ask("How do I stop my puppy from biting during play?")
         assert refused.refused and "(calibrated rule)" not in refused.answer and refused.threshold == 0.675
+
+
+def test_a_bulk_upload_is_refitted_when_its_count_doubles_and_once_the_queue_is_empty(tmp_path: Path) -> None:
+    """While uploaded documents wait as pending, the rule is fitted again only when the indexed count has doubled
+    (each fit embeds ~420 questions; every 10 % made a third of a bulk upload's indexing time); once none is
+    pending, the 10 % rule holds again, so the last document leaves a rule fitted on all of them."""
+    from fakes import HashEncoder
+
+    chapters = sorted((Path(__file__).parents[1] / "data" / "markdown" / "debian-reference").glob("*.md"))
+    parts = [p for c in chapters for p in re.split(r"(?m)^(?=### )", c.read_text(encoding="utf-8"))
+             if len(p.strip()) >= 400][:30]
+    app = Citerag()
+    app.register_encoder(HashEncoder())
+    collection = app.open_collection(Settings(index_dir=tmp_path / "ix", embedding_model="hash-64"), create=True)
+    sources = [Source(f"upload:s{i:02d}.md", p.encode(), f"s{i:02d}.md") for i, p in enumerate(parts)]
+    for source in sources:
+        assert not collection.accept(source).existed
+    fitted: list[int] = []
+    for source in sources:
+        collection.index_document(source)
+        rule = collection.refusal_rule()
+        if rule is not None and (not fitted or fitted[-1] != rule.documents):
+            fitted.append(rule.documents)
+    app.close()
+    assert fitted[-1] == len(parts), fitted  # the queue emptied: fitted on all of them
+    assert all(later >= 2 * earlier for earlier, later in zip(fitted, fitted[1:-1], strict=False)), fitted
+    assert len(fitted) <= 5, fitted  # the 10 % rule alone: 17 fits (on 2, 3, 4, ... 26, 29), none on all 30

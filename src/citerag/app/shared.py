@@ -92,8 +92,17 @@ class Shared:
         take them from the cache; the vectors are the ones a single query would get."""
         from citerag.embed import encode_queries
 
-        vectors = np.asarray(encode_queries(self.encoder(model), list(texts)), dtype=np.float32)
-        if ttl > 0:
-            for text, vector in zip(texts, vectors, strict=True):
-                self.cache(cache_url).set(cache_key("query", {"model": model, "text": text}), vector.tobytes(), ttl)
-        return vectors
+        keys = [cache_key("query", {"model": model, "text": text}) for text in texts]
+        # Texts already cached are not embedded again: every refit of the refusal rule asks the same ~220
+        # out-of-domain bank questions, and a growing collection is refitted many times while it is uploaded.
+        found = [self.cache(cache_url).get(key) if ttl > 0 else None for key in keys]
+        vectors = [None if blob is None else np.frombuffer(blob, dtype=np.float32) for blob in found]
+        missing = [i for i, vector in enumerate(vectors) if vector is None]
+        if missing:
+            embedded = np.asarray(encode_queries(self.encoder(model), [texts[i] for i in missing]), dtype=np.float32)
+            for i, vector in zip(missing, embedded, strict=True):
+                vectors[i] = vector
+                if ttl > 0:
+                    self.cache(cache_url).set(keys[i], vector.tobytes(), ttl)
+        filled = [vector for vector in vectors if vector is not None]  # all of them by now
+        return np.stack(filled) if filled else np.zeros((0, 0), dtype=np.float32)

@@ -46,6 +46,7 @@ LANGUAGE_SAMPLE = 300  # chunks whose language is detected: enough to see a shar
 # A language this share of the sampled chunks makes up is one the collection is written in: its questions are
 # expected, so its bank and phrasing are used. Below it: code listings, quotations, detector noise.
 MIN_SHARE = 0.2
+REFIT_MOVED = 0.10  # the service refits the rule when the indexed document count moved by more than this
 
 # Each question's best-hit cosine distance (dense, exact) and the largest share of its lexical evidence one chunk
 # holds (BM25 / idf mass, citerag.search.fusion): what the collection supplies.
@@ -143,7 +144,7 @@ def fit_rule(chunks: Sequence[StoredChunk], documents: int, encoder: str, best_s
                        languages=banks, language_shares=shares, lexical_threshold=lexical)
 
 
-def needs_refit(rule: RefusalRule | None, documents: int, encoder: str, moved: float = 0.10) -> bool:
+def needs_refit(rule: RefusalRule | None, documents: int, encoder: str, moved: float = REFIT_MOVED) -> bool:
     """The service's policy: fit when there is no rule for this encoder, the rule is of an older version (fitted
     before a signal it lacks existed), or the indexed document count moved by more than `moved` (10 %) since it
     was fitted."""
