@@ -124,21 +124,14 @@ class Collection:
         return rule
 
     def _recalibrate(self, always: bool) -> None:
-        """After a write: fit the rule again (always, or when citerag.refusal.calibrate.needs_refit says). A
+        """After a write: fit the rule again (always, or when citerag.refusal.calibrate.upload_needs_refit says). A
         collection too small to calibrate, or a failure, keeps the rule it had; the write itself stands."""
-        from citerag.refusal.calibrate import REFIT_MOVED, TooSmall, needs_refit
+        from citerag.refusal.calibrate import TooSmall, upload_needs_refit
 
         try:
-            if not always:
-                statuses = [d.status for d in self.store.documents()]
-                indexed = statuses.count("indexed")
-                # While uploads wait to be indexed, refit only when the count has doubled (log2 fits, not log1.1):
-                # 100 sections uploaded at once took 33.5 s to index with every 10 %, 17.3 s so (with the bank's
-                # query vectors cached too, Shared.embed_queries).
-                moved = 1.0 if "pending" in statuses else REFIT_MOVED
-                if indexed == 0 or not needs_refit(self.refusal_rule(), indexed, self.settings.embedding_model,
-                                                   moved):
-                    return
+            statuses = [] if always else [d.status for d in self.store.documents()]
+            if not always and not upload_needs_refit(self.refusal_rule(), statuses, self.settings.embedding_model):
+                return
             self.calibrate()
         except CiteragError as exc:
             self.last_calibration = exc

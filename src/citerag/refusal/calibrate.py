@@ -151,3 +151,11 @@ def needs_refit(rule: RefusalRule | None, documents: int, encoder: str, moved: f
     if rule is None or rule.encoder != encoder or rule.version < RULE_VERSION:
         return True
     return abs(documents - rule.documents) > moved * max(rule.documents, 1)
+
+
+def upload_needs_refit(rule: RefusalRule | None, statuses: Sequence[str], encoder: str) -> bool:
+    """After an upload, given every document's status: needs_refit, except that while other uploads are still
+    pending the indexed count must have doubled (log2 fits, not log1.1): 100 sections uploaded at once took 33.5 s
+    to index when refitted every 10 %, 17.3 s so (with the bank's query vectors cached, Shared.embed_queries)."""
+    indexed = sum(status == "indexed" for status in statuses)
+    return indexed > 0 and needs_refit(rule, indexed, encoder, 1.0 if "pending" in statuses else REFIT_MOVED)
