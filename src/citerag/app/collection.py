@@ -21,8 +21,9 @@ from citerag.app.models import (
     RetrieverStatus,
     SearchOptions,
 )
-from citerag.app.query import Query, best_signals, trace_options
+from citerag.app.query import Query, trace_options
 from citerag.app.shared import Shared
+from citerag.app.signals import best_signals
 from citerag.app.unserved import Unserved
 from citerag.backends import open_backend
 from citerag.embed.fused import foreign_share

@@ -2,7 +2,7 @@
 caches and the trace wrapped around it.
 
 A question reads one store view. An answer in the answer cache (keyed by the store's generation) is replayed from
-a view of that generation without opening the search indexes; otherwise the retrieval (or the cached retrieval's
+a view of that generation without opening the search indexes, and so is a search in the retrieval cache; otherwise the retrieval (or the cached retrieval's
 rows), the gate and the canonical texts of the cited documents all come from one view opened inside the search
 backend's lock, and the generator runs after it has closed, so a slow model holds neither the indexes nor the
 database. The gate runs once: what it keeps is what is cited.
@@ -14,7 +14,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
@@ -108,9 +108,13 @@ class Query:
         with sink(host.trace_sink(settings, {"question": query})), \
                 tracer.start_as_current_span("citerag.search", attributes=self._operation("search")) as span:
             vector = self._embed(query)
-            with self._retriever(query, vector) as retriever:
-                hits = self._ranked(query, retriever)[:settings.k]
-                texts = retriever.texts({h.document.id for h in hits})
+            cached = self._cached_search(query)
+            if cached is not None:
+                hits, texts = cached
+            else:
+                with self._retriever(query, vector) as retriever:
+                    hits = self._ranked(query, retriever)[:settings.k]
+                    texts = retriever.texts({h.document.id for h in hits})
             span.set_attributes(hit_attributes("citerag.hits", hits))
             return SearchResult(hits, cite(hits, texts.__getitem__), self.timings, self.cache,
                                 current_trace_id(span))
@@ -241,6 +245,28 @@ class Query:
                                  **hit_attributes("citerag.hits", hits)})
             return hits
 
+    def _cached_search(self, query: str) -> tuple[list[Hit], dict[int, str]] | None:
+        """A search in the retrieval cache, read from one view of the generation it was cached under without the
+        search backend's lock or indexes, as a cached answer is (under load, searches queued on that lock); None
+        on a miss, which _ranked then looks up and counts."""
+        settings = self.settings
+        if settings.cache_retrieval_ttl <= 0:
+            return None
+        generation = self.host.store.generation()
+        blob = self.shared.cache(settings.cache_url).get(self._key("retrieval", generation, query))
+        if blob is None:
+            return None
+        with tracer.start_as_current_span("citerag.retrieve") as span, self.host.store.view() as view:
+            if view.generation != generation:
+                return None
+            hits = hits_from_rows(view, json.loads(blob))[:settings.k]
+            texts = view.texts({h.document.id for h in hits})
+            self.shared.cache_counts[("retrieval", "hit")] += 1
+            self.cache["retrieval"] = True
+            span.set_attributes({"citerag.cache.hit": True, "citerag.mode": settings.mode, "citerag.k": settings.k,
+                                 "citerag.generation": generation, **hit_attributes("citerag.hits", hits)})
+        return hits, texts
+
     def _key(self, level: str, generation: int, text: str) -> str:
         """The cache key of a retrieval or an answer: the store and collection, the generation (bumped by every
         change), the settings that change the result, and the text asked."""
@@ -266,20 +292,3 @@ class Query:
                 **{f"citerag.options.{k}": v for k, v in trace_options(self.settings).items()},
                 **caller_attributes()}
 
-
-def best_signals(host: Host, queries: Sequence[str]) -> list[tuple[float, float]]:
-    """Each question's smallest cosine distance to a chunk (dense search) and the largest share of its lexical
-    evidence one chunk holds (BM25's best / the question's idf mass), without traces or caches of results:
-    calibration questions are no user's questions."""
-    s = host.settings
-    vectors = host.app.embed_queries(s.embedding_model, queries, s.cache_url, s.cache_query_ttl)
-    out = []
-    with open_retriever(host) as retriever:
-        assert retriever.vector is not None  # open_retriever refuses an empty collection
-        for query, vector in zip(queries, vectors, strict=True):
-            _, similarity = retriever.vector.search(vector, 1)
-            _, scores = retriever.lexical.search(query, 1)
-            mass = retriever.lexical.query_mass(query)
-            out.append((1.0 - float(similarity[0]) if len(similarity) else 2.0,
-                        float(scores[0]) / mass if len(scores) and mass > 0 else 0.0))
-    return out

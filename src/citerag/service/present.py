@@ -60,7 +60,7 @@ def answer_json(collection: str, answer: Answer) -> dict[str, Any]:
 
 def search_json(collection: str, query: str, result: SearchResult) -> dict[str, Any]:
     return {"query": query,
-            "results": [{"rank": h.rank, "score": h.score, **citation_json(collection, c)}
+            "results": [{"rank": h.rank, "score": float(h.score), **citation_json(collection, c)}
                         for h, c in zip(result.hits, result.citations, strict=True)],
             "timings_ms": {k: round(v * 1000, 2) for k, v in result.timings.items()}}
 
