@@ -2,10 +2,10 @@
 caches and the trace wrapped around it.
 
 A question reads one store view. An answer in the answer cache (keyed by the store's generation) is replayed from
-a view of that generation without opening the search indexes, and so is a search in the retrieval cache; otherwise the retrieval (or the cached retrieval's
-rows), the gate and the canonical texts of the cited documents all come from one view opened inside the search
-backend's lock, and the generator runs after it has closed, so a slow model holds neither the indexes nor the
-database. The gate runs once: what it keeps is what is cited.
+a view of that generation without opening the search indexes, and so is a search in the retrieval cache;
+otherwise the retrieval (or the cached retrieval's rows), the gate and the canonical texts of the cited documents
+all come from one view opened inside the search backend's lock, and the generator runs after it has closed, so a
+slow model holds neither the indexes nor the database. The gate runs once: what it keeps is what is cited.
 """
 
 from __future__ import annotations
