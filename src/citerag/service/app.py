@@ -23,7 +23,8 @@ from citerag import __version__
 from citerag.app.home import Citerag, open_key_store, open_queue
 from citerag.app.uploads import index_upload
 from citerag.jobs import Job
-from citerag.service import errors, metrics
+from citerag.service import errors, mcp, metrics
+from citerag.service.auth import bearer_principal, service
 from citerag.service.ratelimit import make_limiter
 from citerag.service.routes import answers, collections, docs, documents, pages, traces
 from citerag.service.state import Service, ServiceConfig
@@ -52,7 +53,8 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
         svc.jobs.start()
         _requeue_pending(svc)
         try:
-            yield
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             svc.jobs.stop()
             svc.keys.close()
@@ -65,6 +67,8 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     for router in (collections.router, documents.router, answers.router, pages.router, metrics.router,
                    traces.router, docs.router):
         api.include_router(router)
+    mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required)
+    api.router.routes.extend(mcp_routes)
     api.mount("/static", StaticFiles(directory=pages.STATIC), name="static")
     api.mount(docs.ASSETS_URL, docs.assets(), name="docs-assets")
 

@@ -70,6 +70,24 @@ def principal(request: Request) -> Principal:
     return found
 
 
+def bearer_principal(request: Request, count: bool = True) -> Principal:
+    """The principal of a Bearer key alone (the MCP endpoint: no session cookie, so no forgery to check), or a
+    401; `count`: the request counts against the rate limit (once per HTTP request, not per tool call)."""
+    svc = service(request)
+    found = LOCAL
+    if svc.config.keys_required:
+        presented = credential(request)
+        verified = authenticate(svc, presented) if presented is not None and presented[0] == "bearer" else None
+        if verified is None:
+            if count:
+                limit(svc, request, None)
+            raise ApiError(401, "a valid API key is required (Authorization: Bearer crk_...)")
+        found = verified
+    if count:
+        limit(svc, request, found)
+    return found
+
+
 def check_origin(request: Request, *, cookie: bool) -> None:
     """Refuse (403) a write a browser was made to send from elsewhere: another site, and what SameSite=Strict
     lets through, another port of this host or a sibling subdomain. Reads are not checked: they change nothing,
