@@ -26,7 +26,7 @@ from citerag.jobs import Job
 from citerag.service import errors, mcp, metrics
 from citerag.service.auth import bearer_principal, service
 from citerag.service.ratelimit import make_limiter
-from citerag.service.routes import answers, collections, docs, documents, pages, traces
+from citerag.service.routes import answers, chat, collections, docs, documents, pages, traces
 from citerag.service.state import Service, ServiceConfig
 from citerag.settings import Settings
 from citerag.trace.setup import request_span
@@ -64,7 +64,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
                   description="Answers with citations that open the source at the quote, or NO ANSWER.")
     errors.install(api)
     api.state.metrics = metrics.Metrics()
-    for router in (collections.router, documents.router, answers.router, pages.router, metrics.router,
+    for router in (collections.router, documents.router, answers.router, chat.router, pages.router, metrics.router,
                    traces.router, docs.router):
         api.include_router(router)
     mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required)
