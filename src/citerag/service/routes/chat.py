@@ -47,8 +47,8 @@ class ChatMessage(BaseModel):
     content: str | list[TextPart] | None = None
 
 
-EXAMPLE = {"model": "default",
-           "messages": [{"role": "user", "content": "What does a red dot in systemctl status mean?"}]}
+EXAMPLE: dict[str, Any] = {"model": "default",
+                           "messages": [{"role": "user", "content": "What does a red dot in systemctl status mean?"}]}
 
 
 class ChatRequest(BaseModel):
