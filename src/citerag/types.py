@@ -244,3 +244,27 @@ class SearchResult:
         """The rows (a list, so the trace id is not in it: the service sends it as X-Trace-Id)."""
         return [{"rank": h.rank, "score": h.score, **c.as_json()} for h, c in zip(self.hits, self.citations,
                                                                                    strict=True)]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One question of a conversation as it was answered: what was asked, what was searched, what came back."""
+
+    question: str
+    query: str  # the retrieval query actually used (the question itself, or its rewrite)
+    answer: str
+    refused: bool
+    citations: list[dict[str, Any]]  # Citation.as_json() of each source shown
+    trace_id: str | None = None
+    n: int = 0  # 1-based position in the conversation, given by the store
+    created_at: str = ""
+
+
+@dataclass(frozen=True)
+class ConversationInfo:
+    id: str
+    owner: str  # who started it: an API key's id, or "local" for the command line
+    title: str  # its first question, cut
+    turns: int
+    created_at: str
+    updated_at: str

@@ -22,7 +22,8 @@ import pytest
 from citerag.errors import CiteragError, Superseded
 from citerag.refusal import RefusalRule
 from citerag.store import ChunkStats, Store
-from citerag.types import Chunk, Locator
+from citerag.store.conversations import NotYours
+from citerag.types import Chunk, Locator, Turn
 from corpus_paths import DATA
 
 MakeStore = Callable[..., Store]
@@ -378,3 +379,43 @@ class StoreContract:
         assert RefusalRule.from_json(again.refusal_rule(MODEL) or "{}") == first
         assert make_store("other-collection").refusal_rule(MODEL) is None  # a rule belongs to its collection
         assert store.generation() == generation  # saving a rule changes no document
+
+    def test_a_conversation_keeps_its_turns_in_order_for_its_owner_only(self, make_store: MakeStore) -> None:
+        store = make_store("talks")
+        add(store, ROOT_ACCOUNT)
+        generation = store.generation()
+        quote = {"index": 1, "document_name": ROOT_ACCOUNT.name, "quote": ROOT_ACCOUNT.chunks[0].content}
+        first = store.add_turn("c-1", "key-a", Turn("Why should I not log in as root?", "Why should I not log in as "
+                                                    "root?", "Because [1].", False, [quote], "trace-1"))
+        second = store.add_turn("c-1", "key-a", Turn("And how do I avoid it?", "root account\nAnd how do I avoid it?",
+                                                     "No source says so.", True, []))
+        assert (first.n, second.n) == (1, 2) and first.created_at <= second.created_at
+        store.add_turn("c-2", "key-b", Turn("What is an MTU?", "What is an MTU?", "", True, []))
+        again = make_store("talks", create=False)  # another connection (another process) reads the same rows
+        found = again.conversation("c-1")
+        assert found is not None
+        summary, turns = found
+        assert (summary.id, summary.owner, summary.title, summary.turns) == \
+            ("c-1", "key-a", "Why should I not log in as root?", 2)
+        assert [(t.n, t.question, t.query, t.refused, t.trace_id) for t in turns] == [
+            (1, "Why should I not log in as root?", "Why should I not log in as root?", False, "trace-1"),
+            (2, "And how do I avoid it?", "root account\nAnd how do I avoid it?", True, None)]
+        assert turns[0].citations == [quote] and turns[0].answer == "Because [1]."
+        assert [c.id for c in again.conversations("key-a")] == ["c-1"]
+        assert [c.id for c in again.conversations("key-b")] == ["c-2"]
+        assert again.conversations("key-c") == []
+        with pytest.raises(NotYours):  # another owner cannot add to it, and nothing is written
+            again.add_turn("c-1", "key-b", Turn("Mine now?", "Mine now?", "", True, []))
+        assert again.conversation("c-1")[1][-1].n == 2  # type: ignore[index]
+        assert make_store("other-collection").conversation("c-1") is None  # a conversation belongs to its collection
+        assert store.generation() == generation  # asking changes no document
+
+    def test_a_deleted_conversation_is_gone_with_its_turns(self, make_store: MakeStore) -> None:
+        store = make_store("talks")
+        store.add_turn("c-1", "key-a", Turn("What is an MTU?", "What is an MTU?", "", True, []))
+        store.add_turn("c-1", "key-a", Turn("And on a VPN?", "And on a VPN?", "", True, []))
+        assert store.delete_conversation("c-1") is True
+        assert store.conversation("c-1") is None and store.conversations("key-a") == []
+        assert store.delete_conversation("c-1") is False
+        # The id can start afresh, numbered from 1: no turn of the old one is left behind.
+        assert store.add_turn("c-1", "key-a", Turn("Again?", "Again?", "", True, [])).n == 1

@@ -17,6 +17,7 @@ from citerag.errors import CiteragError, StoreUnavailable
 from citerag.settings import Settings
 from citerag.store import Store
 from citerag.store.pg_migrate import migrations
+from citerag.types import Turn
 
 psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL extra is missing: pip install -e '.[dev]'")
 
@@ -78,10 +79,14 @@ def test_two_collections_in_one_database_never_see_each_other(pg_url: str) -> No
     before = team_b.generation()
     add(team_a, MTU)
     assert team_b.generation() == before
-    # Dropping a collection removes every row of it, search rows included, and nothing of the other.
+    # Dropping a collection removes every row of it, search rows and conversations included, and nothing of the other.
+    team_a.add_turn("a-talk", "key-a", Turn("What is root?", "What is root?", "", True, []))
+    team_b.add_turn("b-talk", "key-b", Turn("What is an MTU?", "What is an MTU?", "", True, []))
     team_a.drop_collection()  # type: ignore[attr-defined]
+    assert _rows(pg_url, "SELECT count(*) FROM turns WHERE conversation_id = 'a-talk'")[0][0] == 0
+    assert team_b.conversation("b-talk") is not None
     for table in ("documents", "chunks", "chunk_vectors", "lexical_chunks", "bm25_segments", "bm25_terms",
-                  "bm25_removed", "changes"):
+                  "bm25_removed", "changes", "conversations"):
         left = _rows(pg_url, f"SELECT count(*) FROM {table} WHERE collection_id = %s",
                      team_a.collection_id)[0][0]  # type: ignore[attr-defined]
         assert left == 0, table

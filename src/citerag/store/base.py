@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from citerag.types import Chunk, Document, Locator, StoredChunk
+from citerag.types import Chunk, ConversationInfo, Document, Locator, StoredChunk, Turn
 
 
 @dataclass
@@ -154,6 +154,21 @@ class Store(Protocol):
     def save_refusal_rule(self, encoder: str, rule: str) -> None:
         """Keep `rule` (JSON) as the collection's rule for this encoder, replacing any earlier one. Leaves the
         generation alone: answer caches key on the rule's cut, not on the generation."""
+        ...
+
+    def add_turn(self, conversation_id: str, owner: str, turn: Turn) -> Turn:
+        """Append `turn` (its number and time set here) to the conversation, created if new. In one transaction:
+        a conversation of another owner, or of another collection, raises conversations.NotYours."""
+        ...
+
+    def conversations(self, owner: str, limit: int = 100) -> list[ConversationInfo]:
+        """The owner's conversations in this collection, the most recently continued first."""
+        ...
+
+    def conversation(self, conversation_id: str) -> tuple[ConversationInfo, list[Turn]] | None: ...
+
+    def delete_conversation(self, conversation_id: str) -> bool:
+        """Remove it and its turns; False when there was none."""
         ...
 
     def close(self) -> None: ...

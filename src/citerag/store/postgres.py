@@ -23,10 +23,11 @@ import numpy as np
 
 from citerag.errors import CiteragError, StoreUnavailable, Superseded, first_line
 from citerag.settings import redact_url
+from citerag.store import conversations
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.store.pg_migrate import ensure_current
 from citerag.store.postgres_reads import DOC_COLUMNS, PostgresView, document
-from citerag.types import Chunk, Document, Locator
+from citerag.types import Chunk, ConversationInfo, Document, Locator, Turn
 
 try:
     import psycopg
@@ -58,6 +59,9 @@ def _configure_reader(conn: psycopg.Connection[Any]) -> None:
     # Every statement of a view sees one snapshot; read only, so it runs on a hot standby too.
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True
+
+
+PH = "%s"
 
 
 class SearchRows(Protocol):
@@ -317,3 +321,24 @@ class PostgresStore:
     def snapshot(self, embedding_model: str) -> Snapshot:
         with self.view() as view:
             return view.snapshot(embedding_model)
+
+    # Conversations (citerag.store.conversations): their own short transactions; the generation is left alone.
+    def add_turn(self, conversation_id: str, owner: str, turn: Turn) -> Turn:
+        with self._write() as conn:
+            return conversations.add_turn(conn, PH, conversation_id, owner, turn, self._scope, lock=" FOR UPDATE")
+
+    def conversations(self, owner: str, limit: int = 100) -> list[ConversationInfo]:
+        with self._read() as conn:
+            return conversations.list_for(conn, PH, owner, limit, self._scope)
+
+    def conversation(self, conversation_id: str) -> tuple[ConversationInfo, list[Turn]] | None:
+        with self._read() as conn:
+            return conversations.read(conn, PH, conversation_id, self._scope)
+
+    def delete_conversation(self, conversation_id: str) -> bool:
+        with self._write() as conn:
+            return conversations.delete(conn, PH, conversation_id, self._scope)
+
+    @property
+    def _scope(self) -> dict[str, Any]:
+        return {"collection_id": self.collection_id}

@@ -26,13 +26,14 @@ from urllib.parse import quote
 import numpy as np
 
 from citerag.errors import FULL, READ_ONLY, CiteragError, StoreUnavailable
+from citerag.store import conversations
 from citerag.store import sqlite_reads as reads
 from citerag.store import sqlite_schema as schema
 from citerag.store import sqlite_writes as writes
 from citerag.store.base import ChunkStats, Snapshot, checked_vectors
 from citerag.store.sqlite_reads import SqliteView
 from citerag.store.sqlite_schema import DB_NAME, SCHEMA_VERSION
-from citerag.types import Chunk, Document, Locator
+from citerag.types import Chunk, ConversationInfo, Document, Locator, Turn
 
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another writer before the store counts as unavailable
 
@@ -73,6 +74,9 @@ def _on_read_only_mount(folder: Path) -> bool:
         return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
     except OSError:
         return False
+
+
+PH = "?"
 
 
 class SqliteStore:
@@ -316,3 +320,20 @@ class SqliteStore:
     def save_refusal_rule(self, encoder: str, rule: str) -> None:
         with self._write() as db:
             writes.save_refusal_rule(db, encoder, rule)
+
+    # Conversations (citerag.store.conversations): their own short transactions; the generation is left alone.
+    def add_turn(self, conversation_id: str, owner: str, turn: Turn) -> Turn:
+        with self._write() as db:
+            return conversations.add_turn(db, PH, conversation_id, owner, turn)
+
+    def conversations(self, owner: str, limit: int = 100) -> list[ConversationInfo]:
+        with self._read() as db:
+            return conversations.list_for(db, PH, owner, limit)
+
+    def conversation(self, conversation_id: str) -> tuple[ConversationInfo, list[Turn]] | None:
+        with self._read() as db:
+            return conversations.read(db, PH, conversation_id)
+
+    def delete_conversation(self, conversation_id: str) -> bool:
+        with self._write() as db:
+            return conversations.delete(db, PH, conversation_id)

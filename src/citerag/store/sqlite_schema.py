@@ -10,7 +10,7 @@ from pathlib import Path
 from citerag.errors import CiteragError
 
 DB_NAME = "index.sqlite3"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The change log: which document each generation changed, so that a search index that lags catches up per
 # document instead of rebuilding. One row per change is small; it is never trimmed.
@@ -55,6 +55,19 @@ _CREATE = (
 )
 
 
+# Conversations (citerag.store.conversations): kept with the collection, outside its generation.
+_CONVERSATIONS = (
+    """CREATE TABLE IF NOT EXISTS conversations (
+        id TEXT PRIMARY KEY, owner TEXT NOT NULL, title TEXT NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS conversations_by_owner ON conversations (owner, updated_at)",
+    """CREATE TABLE IF NOT EXISTS turns (
+        conversation_id TEXT NOT NULL, n INTEGER NOT NULL, question TEXT NOT NULL, query TEXT NOT NULL,
+        answer TEXT NOT NULL, refused INTEGER NOT NULL, citations TEXT NOT NULL, trace_id TEXT,
+        created_at TEXT NOT NULL, PRIMARY KEY (conversation_id, n))""",
+)
+
+
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
@@ -76,6 +89,11 @@ def _add_change_log(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR REPLACE INTO meta SELECT 'next_chunk_id', COALESCE(MAX(id), 0) + 1 FROM chunks")
 
 
+def _add_conversations(db: sqlite3.Connection) -> None:
+    for statement in _CONVERSATIONS:
+        db.execute(statement)
+
+
 # (the version a step reaches, what it adds, the step). Steps run in order inside one write transaction,
 # so an upgrade is all or nothing; never edit a released step, append a new one.
 _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
@@ -83,6 +101,7 @@ _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (3, "meta generation: bumped with every change, so readers know when their snapshot is stale", _add_generation),
     (4, "changes: the document each generation changed, so search indexes catch up per document; chunk ids "
         "from a counter, never reused", _add_change_log),
+    (5, "conversations and their turns", _add_conversations),
 ]
 assert _MIGRATIONS[-1][0] == SCHEMA_VERSION
 
@@ -100,6 +119,8 @@ def schema_version(db: sqlite3.Connection, path: Path) -> int | None:
                                    f"{row[0]!r}") from None
     if "documents" in tables:
         # A lost marker is no proof of the current schema: read the version off what each step added.
+        if "conversations" in tables:
+            return 5
         if "changes" in tables:
             return 4
         if "meta" in tables and db.execute("SELECT 1 FROM meta WHERE key = 'generation'").fetchone():
@@ -122,7 +143,7 @@ def check_upgradable(index_dir: Path, path: Path, found: int | None, create: boo
 def apply(db: sqlite3.Connection, found: int | None) -> None:
     """Create the schema (`found` None) or migrate from version `found`, inside the caller's write transaction."""
     if found is None:
-        for statement in _CREATE:
+        for statement in (*_CREATE, *_CONVERSATIONS):
             db.execute(statement)
     else:
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
