@@ -130,6 +130,9 @@ def load(run: Run) -> schemathesis.BaseSchema:
     with run.server.client(run.key) as c:
         traces = [r.headers["X-Trace-Id"] for r in (c.post(f"/v1/collections/{n}/search", json={"query": "locale"})
                                                      for n in run.names) if r.status_code == 200]
+        # A conversation of this key in each collection, for the routes of /conversations/{conversation_id}.
+        started = [(n, c.post(f"/v1/collections/{n}/conversations", json={"question": "locale"})) for n in run.names]
+        talks = [(n, r.json()["conversation_id"]) for n, r in started if r.status_code == 200]
 
     @schema.hook
     def flatmap_path_parameters(context: Any, path_parameters: Any) -> st.SearchStrategy[Any]:
@@ -141,6 +144,9 @@ def load(run: Run) -> schemathesis.BaseSchema:
         if not isinstance(path_parameters, dict) or "name" not in path_parameters:
             return st.just(path_parameters)
         generated = dict(path_parameters)
+        if "conversation_id" in generated:
+            return st.one_of(st.sampled_from([{**generated, "name": n, "conversation_id": i} for n, i in talks]),
+                             st.just(generated))
         if "document_id" in generated:
             real = [{**generated, "name": n, "document_id": i} for n, i in run.docs]
             mixed = st.fixed_dictionaries({**{k: st.just(v) for k, v in generated.items()},

@@ -6,6 +6,7 @@ probe sent was written. On both backends: the home on SQLite and the same deploy
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -128,22 +129,31 @@ def _queries(route: APIRoute, ids: list[int]) -> list[dict[str, str]]:
     return [{"ids": ",".join(map(str, ids))}, {"ids": str(ids[0])}, {"ids": ""}, {}]
 
 
+def start_conversation(deployment: Deployment, key: str) -> str:
+    with deployment.server.client(key) as c:
+        response = c.post("/v1/collections/default/conversations", json={"question": RED_DOT})
+        assert response.status_code == 200, response.text
+        cid: str = response.json()["conversation_id"]
+        return cid
+
+
 def probes(deployment: Deployment, names: dict[int, str], default_files: dict[str, bytes]) -> list[Probe]:
     """Every method of every route of "default", its ids real and missing, with bodies that would succeed."""
     real = sorted(names)
     out = []
+    talk = start_conversation(deployment, deployment.team_a)  # default's, with its quotes in the answer
     for method, path, route in collection_routes(deployment):
         params = set(route.param_convertors)
-        assert params <= {"name", "document_id"}, f"{route.path}: no probe values for {params}"
+        assert params <= {"name", "document_id", "conversation_id"}, f"{route.path}: no probe values for {params}"
         doc_ids: list[int | None] = [*real, *MISSING_IDS] if "document_id" in params else [None]
-        for name in NAME_FORMS:
-            for doc_id in doc_ids:
-                url = path.format(name=name, document_id=doc_id)
-                doc_name = names.get(doc_id) if doc_id is not None else None
-                for label, kwargs in _bodies(route, doc_name, default_files):
-                    for query in _queries(route, real):
-                        extra = {"params": query} if query else {}
-                        out.append(Probe(method, url, {**kwargs, **extra}, f"{method} {url} {label} {query or ''}"))
+        talks = [talk, "0" * 32] if "conversation_id" in params else [None]
+        for name, doc_id, cid in itertools.product(NAME_FORMS, doc_ids, talks):
+            url = path.format(name=name, document_id=doc_id, conversation_id=cid)
+            doc_name = names.get(doc_id) if doc_id is not None else None
+            for label, kwargs in _bodies(route, doc_name, default_files):
+                for query in _queries(route, real):
+                    extra = {"params": query} if query else {}
+                    out.append(Probe(method, url, {**kwargs, **extra}, f"{method} {url} {label} {query or ''}"))
     return out
 
 
@@ -365,12 +375,15 @@ def test_a_reader_sees_the_collection_but_may_not_change_it(
             assert scope is not None
             doc_ids: list[int | None] = list(ids) if "document_id" in route.param_convertors else [None]
             for doc_id in doc_ids:
-                url = path.format(name="default", document_id=doc_id)
+                # The reader's own conversation, a new one per route (a DELETE would end a shared one).
+                cid = start_conversation(deployment, deployment.reader_a) \
+                    if "conversation_id" in route.param_convertors else None
+                url = path.format(name="default", document_id=doc_id, conversation_id=cid)
                 doc_name = default_docs.get(doc_id) if doc_id is not None else None
                 label, kwargs = next(_bodies(route, doc_name, default_files))
                 query = _queries(route, ids)[0]
                 response = c.request(method, url, **kwargs, params=query or None)
-                expected = 200 if scope == "read" else 403
+                expected = (204 if method == "DELETE" else 200) if scope == "read" else 403
                 assert response.status_code == expected, (method, url, label, response.status_code, response.text)
                 if scope != "read":
                     assert response.json()["error"], response.text

@@ -92,6 +92,9 @@ def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: b
 @click.option("--generate", is_flag=True, help="Also answer every query through the answer pipeline (first "
               "strategy, dense unless --retrievers lacks it, reranked with --rerank) and report answer figures.")
 @generator_options(default="extractive")
+@click.option("--conversations", "conversations_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="conversations.jsonl: measure only follow-up retrieval (the last turn alone, the LLM-free fold, "
+              "and with --generator llama or openai the LLM's rewrite) on the first strategy and retriever.")
 @click.option("--judge", is_flag=True, help="With --generate: score each answer with the generator as an LLM judge "
               "(needs --generator llama or openai).")
 def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path | None, ood: Path | None,
@@ -101,7 +104,8 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
                  rerank_model: str | None,
                  shortlist: int,
                  generate: bool, generator: str, llm_model_path: str | None, openai_base_url: str | None,
-                 openai_model: str | None, generator_timeout: float | None, judge: bool) -> None:
+                 openai_model: str | None, generator_timeout: float | None, judge: bool,
+                 conversations_file: Path | None) -> None:
     """Measure retrieval on a needle ground truth: Recall@k, MRR, nDCG@10 with Wilson intervals, destroyed
     answers, paired sign tests, threshold calibration; optionally gate against a baseline report."""
     from citerag.eval.gate import compare
@@ -123,6 +127,8 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
     if judge and generator == "extractive":
         raise CiteragError("--judge needs an LLM: pass --generator llama or --generator openai "
                            "(the extractive generator cannot judge)")
+    if conversations_file is not None and (gate or generate or baseline):
+        raise CiteragError("--conversations measures follow-ups alone: leave out --baseline, --gate and --generate")
     base = _load_report(baseline) if baseline else None  # fail fast, before hours of embedding
     strategy_list = parse_list(strategies, list("ABCDEFG"), "strategy")
     retriever_list = parse_list(retrievers, list(MODES), "retriever")
@@ -142,6 +148,13 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
                                    lexical=lexical)
     ref = defaults.threshold
     app = Citerag()
+    if conversations_file is not None:
+        from citerag.cli.eval_followups import run_followups
+
+        with app:
+            run_followups(app, defaults, corpus, exclude, conversations_file, out, cache or out / "indexes",
+                          strategy_list[0], retriever_list[0], embedder_list[0])
+        return
     if rerank_model:
         app.reranker(rerank_model)  # fail fast on a bad folder, before hours of embedding
     hook = None

@@ -17,6 +17,13 @@ class Generator(Protocol):
         ...
 
 
+class Completer(Protocol):
+    """An LLM generator that also answers chat messages of the caller's own (a follow-up's condense prompt); the
+    extractive generator is not one."""
+
+    def complete(self, messages: list[dict[str, Any]]) -> str: ...
+
+
 class GeneratorError(CiteragError):
     """A generator could not produce an answer (model missing, server down, timed out, refused)."""
 

@@ -66,6 +66,10 @@ class LlamaGenerator:
         self._lock = threading.Lock()  # one context: one generation at a time
 
     def generate(self, question: str, sources: list[Citation], prompt: str) -> str:
+        return self.complete(chat_messages(prompt))
+
+    def complete(self, messages: list[dict[str, Any]]) -> str:
+        """The reply to chat `messages` (the answer prompt, or a follow-up's condense prompt)."""
         # temperature 0 makes llama.cpp sample greedily (argmax), so the same prompt gives the same answer.
         kwargs: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens, "seed": self.seed,
                                   "repeat_penalty": self.repeat_penalty}
@@ -76,7 +80,7 @@ class LlamaGenerator:
             # rest, in other batches, which changes the floating-point sums and so can change a greedy answer.
             self._llm.reset()
             try:
-                out: Any = self._llm.create_chat_completion(messages=chat_messages(prompt),  # type: ignore[arg-type]
+                out: Any = self._llm.create_chat_completion(messages=messages,  # type: ignore[arg-type]
                                                             stream=False, **kwargs)
             except ValueError as exc:  # e.g. the prompt does not fit the context window
                 raise GeneratorError(f"llama generation failed: {exc}") from exc

@@ -76,8 +76,8 @@ class OpenAICompatGenerator:
     def close(self) -> None:
         self._client.close()
 
-    def _body(self, prompt: str, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"messages": chat_messages(prompt), "temperature": self.temperature,
+    def _body(self, prompt: str, stream: bool, messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": messages or chat_messages(prompt), "temperature": self.temperature,
                                 "max_tokens": self.max_tokens, "stream": stream}
         if self.model:
             body["model"] = self.model
@@ -132,7 +132,14 @@ class OpenAICompatGenerator:
     def generate(self, question: str, sources: list[Citation], prompt: str) -> str:
         if self.stream:
             return "".join(self.stream_text(prompt)).strip()
-        with self._post(self._body(prompt, stream=False)) as response:
+        return self._reply(self._body(prompt, stream=False))
+
+    def complete(self, messages: list[dict[str, Any]]) -> str:
+        """The reply to chat `messages` of the caller's own (a follow-up's condense prompt), not streamed."""
+        return self._reply(self._body("", stream=False, messages=messages))
+
+    def _reply(self, body: dict[str, Any]) -> str:
+        with self._post(body) as response:
             response.read()
             try:
                 data = response.json()

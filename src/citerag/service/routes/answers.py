@@ -25,7 +25,7 @@ log = logging.getLogger("citerag.service")
 router = APIRouter(prefix="/v1/collections/{name}", tags=["answers"])
 
 
-def _text(value: str, field: str) -> str:
+def text_field(value: str, field: str) -> str:
     try:
         return check_text(value, field)
     except CiteragError as exc:
@@ -36,7 +36,7 @@ def _text(value: str, field: str) -> str:
 # largest single cost of a cached answer under load (the dicts hold only JSON types: the stream json.dumps them).
 @router.post("/search", response_model=dict[str, Any])
 def search(request: SearchRequest, collection: Readable) -> JSONResponse:
-    query = _text(request.query, "query")
+    query = text_field(request.query, "query")
     result = collection.search(query, SearchOptions(mode=request.mode, k=request.k))
     observe_search(collection, result)
     return JSONResponse(search_json(collection.name, query, result))
@@ -46,7 +46,7 @@ def search(request: SearchRequest, collection: Readable) -> JSONResponse:
              responses={200: {"content": {"application/json": {}, "text/event-stream": {}},
                               "description": "The answer, or with stream=true its events."}})
 def ask(request: AskRequest, collection: Readable) -> JSONResponse | EventSourceResponse:
-    question = _text(request.question, "question")
+    question = text_field(request.question, "question")
     options = AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
                          max_sources=request.max_sources)
     if not request.stream:
@@ -57,11 +57,11 @@ def ask(request: AskRequest, collection: Readable) -> JSONResponse | EventSource
     events = observe_events(collection, answer_events)
     # The retrieval runs before the response starts, so that an empty collection is a 409 like the JSON answer.
     first = next(events)
-    body = _stream(collection.name, first, events)
-    return EventSourceResponse(body, ping=15, background=BackgroundTask(_close, body, events, answer_events))
+    body = stream_events(collection.name, first, events)
+    return EventSourceResponse(body, ping=15, background=BackgroundTask(close_streams, body, events, answer_events))
 
 
-def _close(*streams: Iterator[Any]) -> None:
+def close_streams(*streams: Iterator[Any]) -> None:
     """Close a streamed answer's generators, outermost first, once its response has ended. A client that hung up
     only stops sse_starlette iterating them (it cancels the task, it does not close a sync iterator), and a
     generator left to the garbage collector ends whenever and wherever that runs; closed here, the answer's trace
@@ -73,13 +73,15 @@ def _close(*streams: Iterator[Any]) -> None:
             close()
 
 
-def _stream(name: str, first: tuple[str, Any], events: Iterator[tuple[str, Any]]) -> Iterator[dict[str, str]]:
+def stream_events(name: str, first: tuple[str, Any], events: Iterator[tuple[str, Any]]) -> Iterator[dict[str, str]]:
     def event(kind: str, data: Any) -> dict[str, str]:
         return {"event": kind, "data": json.dumps(data)}
 
     try:
         for kind, value in _chain(first, events):
-            if kind == "retrieval":
+            if kind == "conversation":  # a conversation's turn: its id and the query the follow-up became
+                yield event("conversation", value)
+            elif kind == "retrieval":
                 yield event("retrieval", {"hits": [hit_json(h) for h in value]})
             elif kind == "citation":
                 yield event("citation", citation_json(name, value))

@@ -1,8 +1,10 @@
 """The OpenAI-compatible endpoints, for chat front ends and plugins that speak that API: `GET /v1/models` (one model
 per collection the key may read; the model's id is the collection's name) and `POST /v1/chat/completions`.
 
-The last user message is the question, answered as `/ask` answers it (the earlier messages are not yet used to
-rewrite a follow-up: issue 27). The assistant's message keeps its [n] markers and ends with a Markdown list of
+The last user message is the question; the earlier ones make a follow-up standalone before it is searched, as in a
+conversation (citerag.app.conversations; the query used comes back as `query`), and the sections an earlier answer
+listed under "Sources:" count as that turn's cited sections. Nothing is stored: an OpenAI client sends the whole
+conversation every time. The assistant's message keeps its [n] markers and ends with a Markdown list of
 its sources, whose links open each source at the quote, for clients that show only the text; the same sources
 come structured as `citations` on the completion (and on the last chunk of a stream). A refusal is an ordinary
 assistant message, with `refused: true` beside it."""
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
+from citerag.answer.followup import PastTurn
+from citerag.app import conversations
 from citerag.app.collection import Collection
 from citerag.app.models import AskOptions, check_text
 from citerag.errors import CiteragError
@@ -60,11 +65,33 @@ class ChatRequest(BaseModel):
     stream: bool = False
 
 
+def _text(message: ChatMessage) -> str:
+    return message.content if isinstance(message.content, str) else "\n".join(p.text for p in message.content or [])
+
+
+# A line of the source list this endpoint writes: "[n] [document, section](link): ..."; the section is what follows
+# the document's name (a name with ", " in it splits wrongly, which only costs the fold one hint).
+_SOURCE_LINE = re.compile(r"^\[\d+\] \[[^\]]*?, ([^\]]+)\]\(", re.MULTILINE)
+
+
+def _earlier(request: ChatRequest) -> list[PastTurn]:
+    """The user's earlier questions, each with the sections the assistant's reply after it listed."""
+    turns: list[PastTurn] = []
+    for message in request.messages[:-1]:
+        text = _text(message).strip()
+        if message.role == "user" and text:
+            turns.append(PastTurn(text[:4000]))
+        elif message.role == "assistant" and turns and "\n\nSources:\n" in text:
+            sections = tuple(dict.fromkeys(_SOURCE_LINE.findall(text.rsplit("\n\nSources:\n", 1)[1])))
+            turns[-1] = PastTurn(turns[-1].question, sections=sections)
+    return turns
+
+
 def _question(request: ChatRequest) -> str:
     last = request.messages[-1]
     if last.role != "user":
         raise ApiError(422, "the last message must be the user's question", "messages")
-    text = last.content if isinstance(last.content, str) else "\n".join(p.text for p in last.content or [])
+    text = _text(last)
     try:
         return check_text(text, "messages")
     except CiteragError as exc:
@@ -93,11 +120,11 @@ def sources_markdown(citations: list[dict[str, Any]], base: str) -> str:
     return "\n\nSources:\n" + "\n".join(lines) if lines else ""
 
 
-def _completion_fields(name: str, answer: Answer, base: str) -> tuple[str, dict[str, Any]]:
-    """The assistant's text (answer and sources) and the fields beside it: citations, refused, markers."""
+def _completion_fields(name: str, answer: Answer, base: str, query: str) -> tuple[str, dict[str, Any]]:
+    """The assistant's text (answer and sources) and the fields beside it: citations, refused, markers, query."""
     data = answer_json(name, answer)
     extra = {"citations": data["citations"], "refused": data["refused"], "markers": data["markers"],
-             "trace_id": data.get("trace_id")}
+             "trace_id": data.get("trace_id"), "query": query}
     return answer.answer + sources_markdown(data["citations"], base), extra
 
 
@@ -115,27 +142,29 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                      who: Caller) -> JSONResponse | EventSourceResponse:
     collection = _collection(svc, who, body.model)
     question = _question(body)
+    query = conversations.retrieval_query(collection, _earlier(body), question)
     base = str(request.base_url).rstrip("/")
     ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": ident, "created": created, "model": collection.name}
     if not body.stream:
         try:
-            answer = collection.ask(question, AskOptions())
+            answer = collection.ask(query, AskOptions())
         except CiteragError as exc:
             raise ApiError(409, str(exc)) from None
         observe_answer(collection, answer)
-        content, extra = _completion_fields(collection.name, answer, base)
+        answer.question = question
+        content, extra = _completion_fields(collection.name, answer, base, query)
         return JSONResponse({**head, "object": "chat.completion",
                              "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                           "finish_reason": "stop"}],
                              "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, **extra})
-    answer_events = collection.ask_events(question, AskOptions())
+    answer_events = collection.ask_events(query, AskOptions())
     events = observe_events(collection, answer_events)
     try:
         first = next(events)  # retrieval runs before the response starts: an empty collection is still a 409
     except CiteragError as exc:
         raise ApiError(409, str(exc)) from None
-    chunks = _chunks(collection.name, head, base, first, events)
+    chunks = _chunks(collection.name, head, base, query, first, events)
     return EventSourceResponse(chunks, ping=15, background=BackgroundTask(_close, chunks, events, answer_events))
 
 
@@ -146,7 +175,7 @@ def _close(*streams: Iterator[Any]) -> None:
             close()
 
 
-def _chunks(name: str, head: dict[str, Any], base: str, first: tuple[str, Any],
+def _chunks(name: str, head: dict[str, Any], base: str, query: str, first: tuple[str, Any],
             events: Iterator[tuple[str, Any]]) -> Iterator[dict[str, str]]:
     """The OpenAI stream: a role chunk, the text as it is written, the sources, a last chunk with the citations,
     then [DONE]."""
@@ -163,7 +192,7 @@ def _chunks(name: str, head: dict[str, Any], base: str, first: tuple[str, Any],
                 written = True
                 yield chunk({"content": value})
             elif kind == "answer":
-                content, extra = _completion_fields(name, value, base)
+                content, extra = _completion_fields(name, value, base, query)
                 rest = content[len(value.answer):] if written else content  # a refusal's text comes only here
                 if rest:
                     yield chunk({"content": rest})
