@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from citerag.eval.conversations import load_conversations
 from citerag.eval.devset import dev_set
 from citerag.eval.truth import load_ood, load_questions
 
@@ -76,3 +77,16 @@ def test_the_xquad_cross_lingual_set_asks_the_german_questions_over_the_english_
     mine, theirs = load_ood(found.ood), load_ood(german.ood)
     assert [(o.kind, o.query, o.trap) for o in mine] == [(o.kind, o.query, o.trap) for o in theirs]
     assert [o.id for o in mine] == [o.id.replace("xde-", "xdeen-") for o in theirs]
+
+
+@pytest.mark.parametrize(("name", "count"), [("debian-reference", 44), ("postgresql", 45), ("xquad-en", 44),
+                                             ("debian-reference-de", 24)])
+def test_a_follow_up_set_passes_the_needle_rules_and_its_last_turns_lean_on_the_earlier(name: str, count: int) -> None:
+    done = run(Path(__file__).resolve().parents[2] / "scripts" / "check_conversations.py", EVAL / name)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1].startswith(f"{count} conversations, ")
+    assert done.stdout.strip().endswith("PASS")
+    talks = load_conversations(EVAL / name / "conversations.jsonl")
+    needles = {q.needle for q in load_questions(EVAL / name / "questions.jsonl")}
+    assert all(2 <= len(t.turns) <= 3 for t in talks) and sum(len(t.turns) == 3 for t in talks) >= count // 4
+    assert sum(t.needle in needles for t in talks) <= count // 4  # mostly passages the questions do not ask for

@@ -13,6 +13,8 @@ import pytest
 
 # These tests are about the evaluation machinery: MiniLM alone keeps them fast and their names stable.
 MINILM = ("--embedders", "all-MiniLM-L6-v2")
+DEV_SET = Path(__file__).resolve().parents[2] / "eval" / "debian-reference"
+TINY_FILES = ("pr01.en.html", "ch08.en.html")  # the tiny set's chapters (conftest.py)
 
 
 def citerag(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -152,3 +154,27 @@ def test_a_folder_that_is_no_dev_set_is_one_line(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "is not a dev set: it needs a corpus" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_conversations_are_measured_in_three_arms_or_two_without_an_llm(tiny_set: dict[str, Path]) -> None:
+    rows = [json.loads(line) for line in (DEV_SET / "conversations.jsonl").read_text(encoding="utf-8").splitlines()]
+    talks = tiny_set["root"] / "conversations.jsonl"
+    kept = [r for r in rows if r["source"] in TINY_FILES]
+    talks.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    out = tiny_set["root"] / "talks"
+    done = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"],
+                   "--strategies", "E", "--retrievers", "adaptive", "--conversations", talks, "--out", out,
+                   "--cache", tiny_set["cache"])
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "followups.json").read_text(encoding="utf-8"))
+    assert report["n"] == len(kept) >= 5 and report["llm"] is None
+    assert set(report["arms"]) == {"alone", "folded"} and report["configuration"] == "E/adaptive/all-MiniLM-L6-v2"
+    alone, folded = report["arms"]["alone"], report["arms"]["folded"]
+    last = {r["id"]: r["turns"][-1] for r in kept}
+    assert alone["queries"] == last  # the last turn as asked
+    assert all(q.endswith("\n" + last[i]) for i, q in folded["queries"].items())
+    assert folded["figures"]["mrr"]["value"] > alone["figures"]["mrr"]["value"]
+    assert "| folded |" in (out / "followups.md").read_text(encoding="utf-8") and "| folded |" in done.stdout
+    bad = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--conversations",
+                  talks, "--gate", "--baseline", talks, "--out", out)
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("error:")

@@ -83,6 +83,10 @@ def evaluate_followups(collection: Collection, conversations: Sequence[Conversat
     return report
 
 
+def _p(p: float) -> str:
+    return " < 1e-6" if p < 1e-6 else f"={p:.2g}"  # the report rounds p to 6 decimals
+
+
 def followups_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Follow-up retrieval: {report['name']}", "",
              f"{report['n']} conversations ({report['turns']} turns), configuration {report['configuration']}; "
@@ -96,7 +100,7 @@ def followups_markdown(report: dict[str, Any]) -> str:
         if pair:
             rr = pair["reciprocal_rank"]
             r8 = next(p for p in pair["recall"] if p["k"] == 8)
-            cells += [f"{rr['wins']}/{rr['losses']}, p={rr['p']:.2g}", f"{r8['wins']}/{r8['losses']}, p={r8['p']:.2g}"]
+            cells += [f"{rr['wins']}/{rr['losses']}, p{_p(rr['p'])}", f"{r8['wins']}/{r8['losses']}, p{_p(r8['p'])}"]
         else:
             cells += ["", ""]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -38,7 +38,9 @@ class OodQuery:
     trap: bool = False  # a near-domain trap: asked in the corpus' own words, yet not answered by it
 
 
-def _read_jsonl(path: Path, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The rows of a ground-truth file, each with its `keys` (non-empty strings, unique "id") and any `optional`
+    keys it has (not checked here); a bad line is a one-line error naming the file and line."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -69,7 +71,7 @@ def _read_jsonl(path: Path, keys: tuple[str, ...], optional: tuple[str, ...] = (
 
 
 def load_questions(path: Path) -> list[Question]:
-    rows = _read_jsonl(path, QUESTION_KEYS, optional=("answer",))
+    rows = read_jsonl(path, QUESTION_KEYS, optional=("answer",))
     for row in rows:
         if row.get("answer") is None:  # absent or null: this question has no gold answer
             row.pop("answer", None)
@@ -80,7 +82,7 @@ def load_questions(path: Path) -> list[Question]:
 
 
 def load_ood(path: Path) -> list[OodQuery]:
-    rows = _read_jsonl(path, OOD_KEYS, optional=("trap",))
+    rows = read_jsonl(path, OOD_KEYS, optional=("trap",))
     return [OodQuery(row["id"], row["kind"], row["query"], row.get("trap") is True) for row in rows]
 
 
