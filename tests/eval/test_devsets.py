@@ -80,7 +80,7 @@ def test_the_xquad_cross_lingual_set_asks_the_german_questions_over_the_english_
 
 
 @pytest.mark.parametrize(("name", "count"), [("debian-reference", 44), ("postgresql", 45), ("xquad-en", 44),
-                                             ("debian-reference-de", 24)])
+                                             ("debian-reference-de", 24), ("xquad-de", 44)])
 def test_a_follow_up_set_passes_the_needle_rules_and_its_last_turns_lean_on_the_earlier(name: str, count: int) -> None:
     done = run(Path(__file__).resolve().parents[2] / "scripts" / "check_conversations.py", EVAL / name)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
