@@ -138,15 +138,26 @@ def _sign_in(page: Page, key: str, collection: str) -> None:
 
 
 def _ask(page: Page, question: str) -> dict[str, Any]:
-    """Ask through the page; the answer JSON the page rendered."""
+    """Ask through the page (a turn of its conversation, streamed); the turn the page rendered, as the server kept
+    it (read back with the page's own session), with the conversation's id and the query under "conversation"."""
+    turns = page.locator("#thread .turn")
+    before = turns.count()
     page.fill("#question", question)
-    with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/ask")) as response:
+    with page.expect_response(lambda r: r.request.method == "POST" and "/conversations" in r.url) as response:
         page.click("#ask")
-    assert response.value.status == 200, response.value.text()
-    answer: dict[str, Any] = response.value.json()
-    expect(page.locator("#answer")).not_to_be_empty()
+    assert response.value.status == 200
+    assert response.value.headers["content-type"].startswith("text/event-stream")
+    expect(turns).to_have_count(before + 1)
+    expect(turns.last.locator(".answer, .refusal")).to_be_visible()
     expect(page.locator("#ask")).to_be_enabled()
-    return answer
+    cid = page.url.rpartition("#conversation=")[2]
+    collection = page.locator("#collection").input_value()
+    kept = page.request.get(f"/v1/collections/{collection}/conversations/{cid}")
+    assert kept.ok, kept.text()
+    turn: dict[str, Any] = kept.json()["turns"][-1]
+    assert turn["question"] == question and turn["n"] == before + 1
+    turn["conversation"] = {"id": cid, "query": turn["query"]}
+    return turn
 
 
 def _keep(page: Page, path: Path, *, readme: bool = False) -> None:
@@ -196,20 +207,30 @@ def test_answer_marker_opens_the_original_at_the_highlighted_quote(watched: Watc
     first = answer["citations"][0]
     assert first["index"] == 1 and first["document_name"] == QUESTION["source"] == "ch03.en.html"
     assert QUESTION["needle"] in first["quote"]
-    expect(page.locator("#answer .answer-text")).to_contain_text(QUESTION["needle"])
-    marker = page.locator("a.marker[data-testid=marker-1]").first
+    turn = page.locator("#thread .turn").last
+    expect(turn.locator(".answer-text")).to_contain_text(QUESTION["needle"])
+    marker = turn.locator("a.marker[data-testid=marker-1]").first
     expect(marker).to_have_text("[1]")
     assert marker.get_attribute("href") == first["href"]
     assert "/file#:~:text=" in first["href"]  # an HTML source: the original page at a text fragment
-    expect(page.locator("#sources")).to_be_visible()
-    expect(page.locator("#sources tbody tr")).to_have_count(len(answer["citations"]))
-    expect(page.locator("tr#source-1 a[data-testid=source-link-1]")).to_have_attribute("href", first["href"])
-    expect(page.locator("tr#source-1")).to_contain_text(QUESTION["source"])
+    expect(turn.locator("table.sources")).to_be_visible()
+    expect(turn.locator("table.sources tbody tr")).to_have_count(len(answer["citations"]))
+    expect(page.locator("tr#t1-source-1 a[data-testid=source-link-1]")).to_have_attribute("href", first["href"])
+    expect(page.locator("tr#t1-source-1")).to_contain_text(QUESTION["source"])
     _keep(page, tmp_path / SCREENSHOT, readme=True)
     assert watched.ours() == [], watched.ours()
 
-    # [1] opens the original HTML (sandboxed), Chromium scrolls to the text fragment and highlights the quote.
+    # [1] opens the side pane: the source's text around the quote, the quote marked, a link to the original.
     marker.click()
+    expect(page.locator("#pane")).to_be_visible()
+    expect(page.locator("#pane mark#pane-quote")).to_be_visible()
+    assert page.locator("#pane mark#pane-quote").evaluate("(m) => m.textContent") == first["quote"]
+    expect(page.locator("#pane-where")).to_contain_text(QUESTION["source"])
+    original = page.locator("#pane a#pane-original")
+    expect(original).to_have_attribute("href", first["href"])
+
+    # The pane's link opens the original HTML (sandboxed); Chromium scrolls to the text fragment and highlights it.
+    original.click()
     page.wait_for_url(lambda url: url == watched.base + first["href"])
     words = " ".join(first["quote"].split()[:4])
     found = _wait(lambda: (f := page.evaluate(FIND_QUOTE, words))["scrollY"] > 0 and f["inTarget"] and f,
@@ -242,12 +263,11 @@ def test_out_of_domain_question_shows_the_refusal_and_no_sources(watched: Watche
     _sign_in(page, deployment.reader_a, "default")
     answer = _ask(page, OUT_OF_DOMAIN["query"])
     assert answer["refused"] and answer["citations"] == []
-    refusal = page.locator("#answer .refusal")
+    refusal = page.locator("#thread .turn .refusal")
     expect(refusal).to_be_visible()
     expect(refusal).to_contain_text("No answer")
     expect(refusal).to_contain_text(answer["answer"])
-    expect(page.locator("#sources")).to_be_hidden()
-    expect(page.locator("#sources tbody tr")).to_have_count(0)
+    expect(page.locator("table.sources")).to_have_count(0)
     expect(page.locator("a.marker")).to_have_count(0)
     assert watched.ours() == [], watched.ours()
 
@@ -282,9 +302,13 @@ def test_server_text_is_shown_as_text_never_run(watched: Watched, deployment: De
     expect(row).to_contain_text(XSS_TITLE)
     answer = _ask(page, "How is the zorblax flux capacitor recalibrated?")
     assert not answer["refused"] and answer["citations"][0]["document_id"] == hostile_collection["id"]
-    expect(page.locator("#answer .answer-text")).to_contain_text("<img src=x onerror=")
-    expect(page.locator("tr#source-1")).to_contain_text(XSS_NAME)
-    expect(page.locator("tr#source-1 td.quote")).to_contain_text(XSS_BODY)
+    expect(page.locator("#thread .turn .answer-text")).to_contain_text("<img src=x onerror=")
+    expect(page.locator("tr#t1-source-1")).to_contain_text(XSS_NAME)
+    expect(page.locator("tr#t1-source-1 td.quote")).to_contain_text(XSS_BODY)
+    page.locator("a.marker[data-testid=marker-1]").first.click()  # the pane shows the same text as text
+    expect(page.locator("#pane-quote")).to_contain_text(XSS_BODY)
+    expect(page.locator("#pane-where")).to_contain_text(XSS_NAME)
+    expect(page.locator("#conversations")).to_contain_text("zorblax")
     assert page.evaluate(never_ran)
 
     page.goto(answer["citations"][0]["text_href"])
@@ -339,3 +363,67 @@ def test_upload_through_the_page_shows_progress_live_status_and_retry(watched: W
     finally:
         with deployment.server.client(deployment.admin) as api:
             assert api.delete(f"/v1/collections/{UPLOAD_COLLECTION}").status_code == 204
+
+
+# Dev set conversation dr-c17 (ch04) from its second turn: the follow-up's needle answers only with the earlier turn.
+EARLIER = "Is it even easier if they can edit the GRUB menu entry?"
+FOLLOW_UP = "Is there any software measure that stops all of this?"
+FOLLOW_UP_NEEDLE = ("The only reasonable software solution to avoid all these concerns is to use software encrypted "
+                    "root partition")
+CHAT_SCREENSHOT = "chat-conversation.png"  # the README's picture of a conversation, under $CITERAG_SCREENSHOT_DIR
+
+
+@needs_chromium
+def test_a_two_turn_conversation_cites_the_follow_ups_passage_and_resumes_after_a_reload(
+        watched: Watched, deployment: Deployment, tmp_path: Path) -> None:
+    page = watched.page
+    _sign_in(page, deployment.reader_a, "default")
+    page.click("#new-conversation")
+    first = _ask(page, EARLIER)
+    cid = first["conversation"]["id"]
+    assert page.url.endswith(f"#conversation={cid}")
+    second = _ask(page, FOLLOW_UP)
+    assert second["conversation"] == {"id": cid, "query": second["conversation"]["query"]}
+    assert EARLIER in second["conversation"]["query"]  # the follow-up was searched with the earlier question
+    [cited] = [c for c in second["citations"] if FOLLOW_UP_NEEDLE in " ".join(c["quote"].split())]
+    turn = page.locator("#thread .turn").nth(1)
+    expect(turn.locator(".question")).to_contain_text(FOLLOW_UP)
+    # The query searched, on demand.
+    query = turn.locator("details.searched .query")
+    expect(query).to_be_hidden()
+    turn.locator("details.searched summary").click()
+    expect(query).to_be_visible()
+    assert query.evaluate("(q) => q.textContent") == second["conversation"]["query"]
+    # The cited passage in the side pane, the original one click away.
+    marker = turn.locator(f"a.marker[data-testid=marker-{cited['index']}]")
+    (marker if marker.count() else turn.locator(f"tr#t2-source-{cited['index']} th button")).first.click()
+    expect(page.locator("#pane mark#pane-quote")).to_be_visible()
+    assert page.locator("#pane-quote").evaluate("(m) => m.textContent") == cited["quote"]
+    expect(page.locator("#pane a#pane-original")).to_have_attribute("href", cited["href"])
+    assert page.locator("#pane-quote").evaluate(IN_VIEWPORT)
+    turn.evaluate("(t) => window.scrollTo(0, t.getBoundingClientRect().top + window.scrollY - 120)")
+    assert page.locator("#pane-quote").evaluate(IN_VIEWPORT)  # the pane is sticky: the quote stays in view
+    page.screenshot(path=tmp_path / CHAT_SCREENSHOT)
+    if folder := os.environ.get("CITERAG_SCREENSHOT_DIR"):
+        shutil.copyfile(tmp_path / CHAT_SCREENSHOT, Path(folder) / CHAT_SCREENSHOT)
+    listed = page.locator(f"#conversations button[data-id='{cid}']")
+    expect(listed).to_contain_text(EARLIER)
+    expect(listed).to_have_attribute("aria-current", "true")
+
+    # A reload resumes the conversation from the URL; the next question continues it.
+    page.reload()
+    expect(page.locator("#thread .turn")).to_have_count(2)
+    resumed = page.locator("#thread .turn").nth(1)
+    expect(resumed.locator(".answer-text")).to_contain_text(second["answer"][:40])
+    expect(resumed.locator("table.sources tbody tr")).to_have_count(len(second["citations"]))
+    third = _ask(page, "And is that the only software measure?")
+    assert third["conversation"]["id"] == cid
+    with deployment.server.client(deployment.reader_a) as api:
+        kept = api.get(f"/v1/collections/default/conversations/{cid}").json()
+    assert [t["question"] for t in kept["turns"]] == [EARLIER, FOLLOW_UP, "And is that the only software measure?"]
+    # "New" starts another; the old one is still listed and opens again.
+    page.click("#new-conversation")
+    expect(page.locator("#thread .turn")).to_have_count(0)
+    page.locator(f"#conversations button[data-id='{cid}']").click()
+    expect(page.locator("#thread .turn")).to_have_count(3)
+    assert watched.ours() == [], watched.ours()

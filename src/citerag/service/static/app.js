@@ -108,15 +108,14 @@
     const sel = $("collection");
     sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
     sel.value = collection = pick;
+    chat.opened();
     loadDocuments();
   }
 
   function changeCollection() {
     collection = $("collection").value;
     try { localStorage.setItem(STORE, collection); } catch (e) { /* storage disabled */ }
-    $("answer").replaceChildren();
-    $("sources").tBodies[0].replaceChildren();
-    $("sources").hidden = true;
+    chat.opened();
     $("upload-list").replaceChildren();
     $("upload-status").textContent = "";
     loadDocuments();
@@ -147,64 +146,6 @@
     });
   }
 
-  function sourceRow(c) {
-    const href = safeHref(c.href);
-    const textHref = safeHref(c.text_href);
-    const name = c.document_name || `document ${c.document_id}`;
-    const q = Array.from(c.quote || "");
-    const long = q.length > 300;
-    const doc = el("td", {}, href ? el("a", { href, "data-testid": `source-link-${c.index}` }, name) : name);
-    if (textHref && textHref !== href) {
-      doc.append(" ", el("a", { href: textHref, class: "alt-link", "aria-label": `Plain text of ${name}` }, "(text)"));
-    }
-    return el("tr", { id: `source-${c.index}` },
-      el("th", { scope: "row", class: "num" }, String(c.index)),
-      doc,
-      el("td", {}, c.section || ""),
-      el("td", {}, locatorText(c)),
-      el("td", { class: "quote", title: long ? c.quote : null }, long ? q.slice(0, 300).join("").trimEnd() + "…" : c.quote || ""),
-      el("td", { class: "num" }, fmt(c.cosine_distance)));
-  }
-
-  function renderAnswer(a) {
-    const box = $("answer");
-    const table = $("sources");
-    const cites = Array.isArray(a.citations) ? a.citations : [];
-    table.tBodies[0].replaceChildren();
-    if (a.refused) {
-      const r = a.refusal || {};
-      const detail = typeof r.best_distance === "number"
-        ? `best distance ${fmt(r.best_distance)} ≥ threshold ${fmt(r.threshold)}`
-        : `nothing indexed is close (threshold ${fmt(r.threshold)})`;
-      box.replaceChildren(el("div", { class: "refusal", role: "status" },
-        el("h2", {}, "No answer"), el("p", {}, a.answer || ""), el("p", { class: "detail" }, detail)));
-      table.hidden = true;
-      return;
-    }
-    const byIndex = new Map(cites.map((c) => [c.index, c]));
-    const chars = Array.from(a.answer || "");
-    const p = el("p", { class: "answer-text" });
-    let pos = 0;
-    for (const m of markersOf(a)) {
-      if (m.start < pos || m.end <= m.start || m.end > chars.length) continue;
-      p.append(chars.slice(pos, m.start).join(""));
-      const label = chars.slice(m.start, m.end).join("");
-      const c = byIndex.get(m.index);
-      p.append(c ? el("a", {
-        class: "marker",
-        href: safeHref(c.href) || `#source-${m.index}`,
-        "data-testid": `marker-${m.index}`,
-        "aria-label": `Source ${m.index}: ${c.document_name || ""}, ${locatorText(c)}`,
-      }, label) : label);
-      pos = m.end;
-    }
-    p.append(chars.slice(pos).join(""));
-    box.replaceChildren(el("div", { class: "answer" }, el("h2", {}, "Answer"), p,
-      a.generator ? el("p", { class: "meta" }, `generator: ${a.generator}`) : null));
-    cites.forEach((c) => table.tBodies[0].append(sourceRow(c)));
-    table.hidden = cites.length === 0;
-  }
-
   async function ask(ev) {
     ev.preventDefault();
     const question = $("question").value.trim();
@@ -213,16 +154,16 @@
     const btn = $("ask");
     btn.disabled = true;
     $("ask-status").textContent = "Searching…";
-    $("answer").setAttribute("aria-busy", "true");
     showError("");
     try {
-      renderAnswer(await api(`${colPath()}/ask`, { method: "POST", json: { question } }));
+      $("question").value = "";
+      await chat.ask(question);
     } catch (e) {
+      $("question").value = question;
       reportError(e);
     } finally {
       btn.disabled = false;
       $("ask-status").textContent = "";
-      $("answer").removeAttribute("aria-busy");
     }
   }
 
@@ -391,6 +332,10 @@
   }
 
   // ---- wiring ------------------------------------------------------------
+  const chat = window.CiteragChat({
+    $, el, api, safeHref, colPath, showError, reportError, showKeyForm, locatorText, markersOf, fmt,
+  });
+
   async function init() {
     $("key-form").addEventListener("submit", signIn);
     $("sign-out").addEventListener("click", signOut);
