@@ -118,3 +118,19 @@ def test_pipeline_with_a_real_model_checks_every_citation(server: LlamaServer, t
     assert marks <= {c.index for c in result.citations}  # whatever the model wrote, only real sources remain
     assert result.check.unused == sorted({c.index for c in result.citations} - set(result.check.cited))
     assert set(result.timings) >= {"retrieve", "generate", "total"}
+
+
+def test_the_condense_prompt_through_a_real_server_is_one_clean_line(server: LlamaServer) -> None:
+    """A follow-up rewritten through the OpenAI-compatible client (what `generator = "openai"` does in a
+    conversation): one line, not the fold, and the same line again (greedy)."""
+    from citerag.answer.followup import PastTurn, condensed_query, folded_query
+
+    gen = OpenAICompatGenerator(server.base_url, "smollm2", timeout=120, retries=0, max_tokens=48)
+    earlier = [PastTurn("How do I install a package with apt?", sections=("Installing",))]
+    try:
+        rewritten = condensed_query(gen.complete, earlier, "And how do I remove it again?")
+        assert rewritten and "\n" not in rewritten and len(rewritten) <= 400, rewritten
+        assert rewritten != folded_query(earlier, "And how do I remove it again?")
+        assert condensed_query(gen.complete, earlier, "And how do I remove it again?") == rewritten
+    finally:
+        gen.close()

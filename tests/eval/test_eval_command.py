@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -10,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from citerag.answer.generators.llama import packaged_gguf
+from http_servers import LlamaServer
 
 # These tests are about the evaluation machinery: MiniLM alone keeps them fast and their names stable.
 MINILM = ("--embedders", "all-MiniLM-L6-v2")
@@ -175,6 +179,24 @@ def test_conversations_are_measured_in_three_arms_or_two_without_an_llm(tiny_set
     assert all(q.endswith("\n" + last[i]) for i, q in folded["queries"].items())
     assert folded["figures"]["mrr"]["value"] > alone["figures"]["mrr"]["value"]
     assert "| folded |" in (out / "followups.md").read_text(encoding="utf-8") and "| folded |" in done.stdout
+    # The LLM arm through an OpenAI-compatible server: the packaged SmolLM2 behind llama.cpp's server.
+    if importlib.util.find_spec("llama_cpp") is not None and (gguf := packaged_gguf()) is not None:
+        server = LlamaServer(gguf, tiny_set["root"] / "llama-server.log")
+        try:
+            server.wait()
+            done = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"],
+                           "--strategies", "E", "--retrievers", "adaptive", "--conversations", talks, "--out", out,
+                           "--cache", tiny_set["cache"], "--generator", "openai", "--openai-base-url",
+                           server.base_url, "--openai-model", "smollm2")
+        finally:
+            server.stop()
+        assert done.returncode == 0, done.stderr
+        report = json.loads((out / "followups.json").read_text(encoding="utf-8"))
+        assert report["llm"] == f"openai (smollm2 at {server.base_url})" and report["llm_failures"] == 0
+        llm = report["arms"]["llm"]
+        assert set(llm["queries"]) == set(last) and set(llm) >= {"figures", "paired_vs_alone", "paired_vs_folded"}
+        # The model's rewrites (one line each), not the fold (which a reply it cannot use falls back to).
+        assert any(q != folded["queries"][i] and "\n" not in q for i, q in llm["queries"].items())
     bad = citerag("eval", "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--conversations",
                   talks, "--gate", "--baseline", talks, "--out", out)
     assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("error:")

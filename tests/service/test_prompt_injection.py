@@ -105,8 +105,8 @@ def test_the_page_shows_no_link_the_server_did_not_make(injected: tuple[LiveServ
         page = context.new_page()
         _sign_in(page, key, "default")
         answer = _ask(page, QUESTION)
-        expect(page.locator("#answer")).to_contain_text("dpkg-reconfigure locales")
-        shown = page.locator("#answer").inner_text()
+        expect(page.locator("#thread .turn .answer-text")).to_contain_text("dpkg-reconfigure locales")
+        shown = page.locator("#thread .turn .answer-text").inner_text()  # the quotes below may hold the injection
         assert "evil.example" not in shown and "[9]" not in shown, shown
         hrefs = page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
         assert hrefs and not any("evil" in h for h in hrefs)

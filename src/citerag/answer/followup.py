@@ -6,7 +6,7 @@ A follow-up such as "And how do I make it start at boot?" names nothing the inde
   fewer the further back, put in front of the question. One text, so the search, the refusal gate and the trace
   all see what was used; measured on the follow-up dev sets (docs/conversations.md).
 - `condensed_query`, with an LLM: a condense prompt asks the model for one standalone question; a reply that is
-  empty, too long or not a question falls back to the folded query.
+  empty, too long or shares no word with the conversation falls back to the folded query.
 """
 
 from __future__ import annotations
@@ -66,15 +66,22 @@ def condense_messages(history: Sequence[PastTurn], question: str) -> list[dict[s
 def clean_rewrite(text: str) -> str:
     """The model's reply as one line, without a label or quotes it may have added ("" when unusable)."""
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
-    line = re.sub(r"^(standalone question|rewritten question|question)\s*:\s*", "", line, flags=re.IGNORECASE)
+    line = re.sub(r"^(standalone question|rewritten question|question|user)\s*:\s*", "", line, flags=re.IGNORECASE)
     line = line.strip().strip("\"'“”„").strip()
     return line if 0 < len(line) <= MAX_REWRITE_CHARS else ""
 
 
+def _words(text: str) -> set[str]:
+    return {w.casefold() for w in re.findall(r"\w{4,}", text)}
+
+
 def condensed_query(complete: Callable[[list[dict[str, Any]]], str], history: Sequence[PastTurn],
                     question: str) -> str:
-    """The LLM's standalone question; the folded query when the model's reply is unusable. `complete` sends chat
+    """The LLM's standalone question; the folded query when the model's reply is unusable: empty, too long, or
+    sharing no word with the conversation (a small model may apologise or answer instead). `complete` sends chat
     messages and returns the reply's text (a generator's `complete`)."""
     if not history:
         return question
-    return clean_rewrite(complete(condense_messages(history, question))) or folded_query(history, question)
+    rewrite = clean_rewrite(complete(condense_messages(history, question)))
+    asked = _words(question).union(*(_words(t.question) for t in list(history)[-HISTORY_TURNS:]))
+    return rewrite if _words(rewrite) & asked else folded_query(history, question)
