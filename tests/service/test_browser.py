@@ -421,6 +421,17 @@ def test_a_two_turn_conversation_cites_the_follow_ups_passage_and_resumes_after_
     with deployment.server.client(deployment.reader_a) as api:
         kept = api.get(f"/v1/collections/default/conversations/{cid}").json()
     assert [t["question"] for t in kept["turns"]] == [EARLIER, FOLLOW_UP, "And is that the only software measure?"]
+    # Feedback on the follow-up's answer: the source that answered it, and "Helpful"; kept with its trace.
+    bar = page.locator("#thread .turn").nth(1).locator(".feedback")
+    bar.locator("select[data-testid=t2-right-source]").select_option(str(cited["index"]))
+    with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/feedback")) as given:
+        bar.locator("button[data-testid=t2-helpful]").click()
+    assert given.value.status == 200, given.value.text()
+    expect(bar.locator("[role=status]")).to_have_text("Thanks: kept as helpful.")
+    expect(bar.locator("button[data-testid=t2-unhelpful]")).to_be_disabled()
+    with deployment.server.client(deployment.reader_a) as api:
+        record = api.get(f"/v1/traces/{second['trace_id']}").json()
+    assert [(f["helpful"], f["source"], f["none_right"]) for f in record["feedback"]] == [(True, cited["index"], False)]
     # "New" starts another; the old one is still listed and opens again.
     page.click("#new-conversation")
     expect(page.locator("#thread .turn")).to_have_count(0)

@@ -110,6 +110,9 @@ def _bodies(route: APIRoute, doc_name: str | None, default_files: dict[str, byte
         yield "ask bm25 k", {"json": {"question": RED_DOT, "mode": "bm25", "k": 50,
                                       "threshold": 2.0, "max_sources": 20}}
         return
+    if "helpful" in fields:
+        yield "feedback", {"json": {"helpful": False, "none_right": True, "comment": "a probe's comment"}}
+        return
     if "query" in fields:
         for i, query in enumerate(SECRET_QUESTIONS):
             yield f"search {i}", {"json": {"query": query}}
@@ -137,18 +140,30 @@ def start_conversation(deployment: Deployment, key: str) -> str:
         return cid
 
 
+def answer_trace(deployment: Deployment, key: str) -> str:
+    """The trace id of an answer in "default" (what feedback names)."""
+    with deployment.server.client(key) as c:
+        response = c.post("/v1/collections/default/ask", json={"question": RED_DOT})
+        assert response.status_code == 200, response.text
+        trace_id: str = response.json()["trace_id"]
+        return trace_id
+
+
 def probes(deployment: Deployment, names: dict[int, str], default_files: dict[str, bytes]) -> list[Probe]:
     """Every method of every route of "default", its ids real and missing, with bodies that would succeed."""
     real = sorted(names)
     out = []
     talk = start_conversation(deployment, deployment.team_a)  # default's, with its quotes in the answer
+    answered = answer_trace(deployment, deployment.team_a)
     for method, path, route in collection_routes(deployment):
         params = set(route.param_convertors)
-        assert params <= {"name", "document_id", "conversation_id"}, f"{route.path}: no probe values for {params}"
+        assert params <= {"name", "document_id", "conversation_id", "trace_id"}, \
+            f"{route.path}: no probe values for {params}"
         doc_ids: list[int | None] = [*real, *MISSING_IDS] if "document_id" in params else [None]
         talks = [talk, "0" * 32] if "conversation_id" in params else [None]
-        for name, doc_id, cid in itertools.product(NAME_FORMS, doc_ids, talks):
-            url = path.format(name=name, document_id=doc_id, conversation_id=cid)
+        traces = [answered, "0" * 32] if "trace_id" in params else [None]
+        for name, doc_id, cid, tid in itertools.product(NAME_FORMS, doc_ids, talks, traces):
+            url = path.format(name=name, document_id=doc_id, conversation_id=cid, trace_id=tid)
             doc_name = names.get(doc_id) if doc_id is not None else None
             for label, kwargs in _bodies(route, doc_name, default_files):
                 for query in _queries(route, real):
@@ -378,7 +393,8 @@ def test_a_reader_sees_the_collection_but_may_not_change_it(
                 # The reader's own conversation, a new one per route (a DELETE would end a shared one).
                 cid = start_conversation(deployment, deployment.reader_a) \
                     if "conversation_id" in route.param_convertors else None
-                url = path.format(name="default", document_id=doc_id, conversation_id=cid)
+                tid = answer_trace(deployment, deployment.reader_a) if "trace_id" in route.param_convertors else None
+                url = path.format(name="default", document_id=doc_id, conversation_id=cid, trace_id=tid)
                 doc_name = default_docs.get(doc_id) if doc_id is not None else None
                 label, kwargs = next(_bodies(route, doc_name, default_files))
                 query = _queries(route, ids)[0]

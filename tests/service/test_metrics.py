@@ -102,6 +102,22 @@ def test_metrics_show_stages_answers_refusals_caches_documents_and_ingest(server
     assert QUESTION not in str(after), "no question text in the metrics"
 
 
+def test_feedback_is_counted_per_collection_arm_and_verdict(server: LiveServer) -> None:
+    before = scrape(server)
+    with server.client() as c:
+        answered = c.post(ASK, json={"question": QUESTION, "threshold": 2.0}).json()
+        for helpful in (True, False, False):
+            path = f"/v1/collections/default/answers/{answered['trace_id']}/feedback"
+            assert c.post(path, json={"helpful": helpful}).status_code == 200
+        assert c.post("/v1/collections/default/answers/" + "0" * 32 + "/feedback",
+                      json={"helpful": True}).status_code == 404  # nothing kept: not counted
+    after = scrape(server)
+    for verdict, grown in (("helpful", 1), ("unhelpful", 2)):
+        labels = {"collection": "default", "arm": "default", "verdict": verdict}
+        assert value(after, "citerag_feedback_total", **labels) - value(before, "citerag_feedback_total", **labels) \
+            == grown, verdict
+
+
 def test_the_metrics_token_is_required_when_configured(server: LiveServer) -> None:
     with server.client() as c:
         assert c.get("/metrics").status_code == 401

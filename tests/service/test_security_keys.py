@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from service_fixtures import Deployment
-from test_isolation import collection_routes, start_conversation
+from test_isolation import answer_trace, collection_routes, start_conversation
 
 PLACES = ["key", "api_key", "access_token", "token", "authorization"]
 
@@ -15,9 +15,11 @@ PLACES = ["key", "api_key", "access_token", "token", "authorization"]
 def test_a_key_in_the_query_string_is_not_a_key(deployment: Deployment, place: str) -> None:
     routes = collection_routes(deployment)
     talk = start_conversation(deployment, deployment.team_a)  # the key's own conversation: still a 401 without it
+    answered = answer_trace(deployment, deployment.team_a)
     with httpx.Client(base_url=deployment.server.url, timeout=20) as anon:
         for method, path, _ in routes:
-            url = path.format(name="default", document_id=next(iter(deployment.ids.values())), conversation_id=talk)
+            url = path.format(name="default", document_id=next(iter(deployment.ids.values())), conversation_id=talk,
+                              trace_id=answered)
             response = anon.request(method, url, params={place: deployment.team_a})
             assert response.status_code == 401, (method, url, response.status_code, response.text[:200])
             assert response.json()["field"] is None

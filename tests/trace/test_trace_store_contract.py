@@ -5,6 +5,7 @@ PostgreSQL store keeps its traces in that database, through the store's own pool
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -162,6 +163,38 @@ def test_a_collection_sees_only_its_own_traces(backend: Backend) -> None:
     assert b.get(mine[-1]) is None and a.get(theirs) is None
     record = b.get(theirs)
     assert record is not None and record["collection"] == "team-b"
+
+
+def _feedback_rows(backend: Backend, tmp_path: Path, request: pytest.FixtureRequest) -> int:
+    """Every feedback row the backend holds, for any trace (orphans included)."""
+    if backend.name == "sqlite":
+        return sum(sqlite3.connect(p).execute("SELECT COUNT(*) FROM feedback").fetchone()[0]
+                   for p in tmp_path.rglob(FILE_NAME))
+    import psycopg
+
+    with psycopg.connect(request.getfixturevalue("pg_url")) as conn:
+        found = conn.execute("SELECT COUNT(*) FROM feedback").fetchone()
+    return int(found[0]) if found else 0
+
+
+def test_feedback_is_kept_with_its_trace_and_goes_with_it(backend: Backend, tmp_path: Path,
+                                                          request: pytest.FixtureRequest) -> None:
+    a, b = backend.make("team-a", keep=2), backend.make("team-b", keep=2)
+    asked = a.write(operation("ask"), {}, "team-a")
+    assert a.add_feedback(asked, {"helpful": False, "none_right": True, "comment": "wrong\x00 page"}) == 1
+    assert a.add_feedback(asked.upper(), {"helpful": True, "source": 2}) == 2
+    record = backend.make("team-a", keep=2).get(asked)  # as another process reads it
+    assert record is not None and [f["helpful"] for f in record["feedback"]] == [False, True]
+    assert record["feedback"][0]["comment"] in ("wrong\x00 page", "wrong\ufffd page")  # JSONB refuses U+0000
+    assert record["feedback"][1]["source"] == 2
+    assert "feedback" not in (a.get(a.write(operation("ask"), {}, "team-a")) or {"feedback": 1})  # none given: no key
+    # No such trace, or another collection's: nothing kept.
+    assert a.add_feedback("0" * 32, {"helpful": True}) is None and b.add_feedback(asked, {"helpful": True}) is None
+    assert _feedback_rows(backend, tmp_path, request) == 2
+    for _ in range(2):  # the trace pruned: its feedback with it
+        a.write(operation("ask"), {}, "team-a")
+    assert a.get(asked) is None and a.add_feedback(asked, {"helpful": True}) is None
+    assert _feedback_rows(backend, tmp_path, request) == 0
 
 
 def test_reading_creates_nothing(backend: Backend) -> None:

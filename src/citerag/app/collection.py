@@ -17,6 +17,7 @@ from citerag.app.models import (
     CollectionStatus,
     DocumentStatus,
     EmptyCollection,
+    Followup,
     RefusalStatus,
     RetrieverStatus,
     SearchOptions,
@@ -252,17 +253,18 @@ class Collection:
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
         return Query.search(self, query, options)
 
-    def ask(self, question: str, options: AskOptions | None = None) -> Answer:
+    def ask(self, question: str, options: AskOptions | None = None, followup: Followup | None = None) -> Answer:
         answer: Answer | None = None
-        for kind, value in self.ask_events(question, options):
+        for kind, value in self.ask_events(question, options, followup):
             if kind == "answer":
                 answer = value
         assert answer is not None
         return answer
 
-    def ask_events(self, question: str, options: AskOptions | None = None) -> Iterator[tuple[str, Any]]:
+    def ask_events(self, question: str, options: AskOptions | None = None,
+                   followup: Followup | None = None) -> Iterator[tuple[str, Any]]:
         """See citerag.app.query.Query.ask_events."""
-        return Query.ask_events(self, question, options)
+        return Query.ask_events(self, question, options, followup)
 
     def trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None) -> Sink | None:
         """Where this collection's finished operations go: its trace store (None when it keeps none), with the

@@ -17,7 +17,7 @@ from typing import Any
 from citerag.answer.followup import PastTurn, condensed_query, folded_query
 from citerag.answer.generators.base import GeneratorError
 from citerag.app.collection import Collection
-from citerag.app.models import AskOptions
+from citerag.app.models import AskOptions, Followup
 from citerag.errors import CiteragError
 from citerag.store.conversations import NotYours
 from citerag.types import Answer, ConversationInfo, Turn
@@ -52,21 +52,26 @@ def history(collection: Collection, conversation_id: str | None, owner: str) -> 
 
 
 def retrieval_query(collection: Collection, earlier: Sequence[PastTurn], question: str,
-                    options: AskOptions | None = None) -> str:
+                    options: AskOptions | None = None, conversation_id: str | None = None) -> Followup:
     """The standalone query for `question` after `earlier` turns: the LLM's rewrite when the generator is an LLM
-    (the fold if it fails or says nothing usable), else the fold."""
+    (the fold if it fails or says nothing usable), else the fold; a first question is searched as asked."""
     if not earlier:
-        return question
+        return Followup(question, question, "none", 0, conversation_id)
     generator: Any = None
     name = (options.generator if options and options.generator else None) or collection.settings.generator
     if name in LLM_GENERATORS:
         generator = collection.generator(options)
+    folded = folded_query(earlier, question)
     if generator is not None and hasattr(generator, "complete"):
         try:
-            return condensed_query(generator.complete, earlier, question)
+            query = condensed_query(generator.complete, earlier, question)
         except GeneratorError:
-            pass  # the model is down: a folded query still finds the passage, and the answer step will say why
-    return folded_query(earlier, question)
+            # The model is down: a folded query still finds the passage, and the answer step will say why.
+            return Followup(question, folded, "fold, llm failed", len(earlier), conversation_id)
+        # condensed_query falls back to the fold itself when the rewrite is unusable: the trace says which.
+        return Followup(question, query, "llm" if query != folded else "fold, llm unusable", len(earlier),
+                        conversation_id)
+    return Followup(question, folded, "fold", len(earlier), conversation_id)
 
 
 def keep(collection: Collection, conversation_id: str, owner: str, question: str, query: str,
@@ -85,10 +90,10 @@ def ask(collection: Collection, question: str, *, owner: str, conversation_id: s
     stored history (an OpenAI client sends the whole conversation each time)."""
     cid, stored = history(collection, conversation_id, owner)
     turns = list(earlier) if earlier is not None else stored
-    query = retrieval_query(collection, turns, question, options)
-    answer = collection.ask(query, options)
+    followup = retrieval_query(collection, turns, question, options, cid)
+    answer = collection.ask(followup.query, options, followup)
     answer.question = question
-    return Asked(cid, keep(collection, cid, owner, question, query, answer), answer)
+    return Asked(cid, keep(collection, cid, owner, question, followup.query, answer), answer)
 
 
 def ask_events(collection: Collection, question: str, *, owner: str, conversation_id: str | None = None,
@@ -98,12 +103,12 @@ def ask_events(collection: Collection, question: str, *, owner: str, conversatio
     when the final answer has come."""
     cid, stored = history(collection, conversation_id, owner)
     turns = list(earlier) if earlier is not None else stored
-    query = retrieval_query(collection, turns, question, options)
-    yield "conversation", {"id": cid, "query": query}
-    for kind, value in collection.ask_events(query, options):
+    followup = retrieval_query(collection, turns, question, options, cid)
+    yield "conversation", {"id": cid, "query": followup.query}
+    for kind, value in collection.ask_events(followup.query, options, followup):
         if kind == "answer" and isinstance(value, Answer):
             value.question = question
-            keep(collection, cid, owner, question, query, value)
+            keep(collection, cid, owner, question, followup.query, value)
         yield kind, value
 
 

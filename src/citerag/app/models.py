@@ -39,6 +39,19 @@ class AskOptions(SearchOptions):
                 "generator": self.generator, "lexical_threshold": self.lexical_threshold}
 
 
+@dataclass(frozen=True)
+class Followup:
+    """A conversation's turn made standalone: what was asked, the query searched instead, and how it was made from
+    the earlier turns ("fold", "llm", or "fold, llm failed"); `conversation_id` is None for an OpenAI client's
+    messages, which are not kept. The trace records the method, and the words asked where it keeps text."""
+
+    asked: str
+    query: str
+    rewrite: str
+    earlier: int  # how many earlier turns it was made from
+    conversation_id: str | None = None
+
+
 @dataclass
 class DocumentStatus:
     document: Document

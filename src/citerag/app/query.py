@@ -23,7 +23,7 @@ import numpy as np
 from citerag.answer.citations import cite
 from citerag.answer.pipeline import answer_events, gate_hits, retrieve
 from citerag.app.caching import ANSWER_SETTINGS, RETRIEVAL_SETTINGS, cache_key
-from citerag.app.models import AskOptions, EmptyCollection, RefusalStatus, SearchOptions, check_text
+from citerag.app.models import AskOptions, EmptyCollection, Followup, RefusalStatus, SearchOptions, check_text
 from citerag.app.shared import Shared
 from citerag.embed.fused import ranking_vector
 from citerag.index.base import SearchBackend
@@ -120,9 +120,11 @@ class Query:
                                 current_trace_id(span))
 
     @classmethod
-    def ask_events(cls, host: Host, question: str, options: AskOptions | None = None) -> Iterator[tuple[str, Any]]:
+    def ask_events(cls, host: Host, question: str, options: AskOptions | None = None,
+                   followup: Followup | None = None) -> Iterator[tuple[str, Any]]:
         """A question answered step by step (what a streaming client shows as it happens): ("retrieval", hits),
-        ("citation", c)..., ("delta", text)..., ("answer", Answer).
+        ("citation", c)..., ("delta", text)..., ("answer", Answer). A conversation's follow-up passes its
+        standalone query as `question` and the rest in `followup`, which the trace records.
 
         An answer in the answer cache (same collection generation, settings and question) is replayed as the
         same events without retrieving or generating."""
@@ -137,7 +139,14 @@ class Query:
         self.cache.update(query=False, retrieval=False, answer=False)
         # The question's trace: its span is current while each event is computed (see traced_events).
         texts = {"question": question}
-        span = tracer.start_span("citerag.ask", attributes=self._operation("ask"))
+        attributes = self._operation("ask")
+        if followup is not None:  # the method on the span; the words asked only where the collection keeps text
+            texts["asked"] = followup.asked
+            attributes.update({"citerag.followup.rewrite": followup.rewrite,
+                               "citerag.followup.earlier_turns": followup.earlier})
+            if followup.conversation_id is not None:
+                attributes["citerag.conversation"] = followup.conversation_id
+        span = tracer.start_span("citerag.ask", attributes=attributes)
         return traced_events(span, self._ask(question, span, texts, rule.rule), host.trace_sink(settings, texts))
 
     def _ask(self, question: str, span: Any, texts: dict[str, str], rule: str) -> Iterator[tuple[str, Any]]:
@@ -163,7 +172,8 @@ class Query:
                 value.cache = self.cache
                 value.trace_id = current_trace_id(span)
                 texts["answer"] = value.answer
-                span.set_attribute("citerag.refused", value.refused)
+                # On the operation's span (a replay has no cite span): feedback names a source by its [n].
+                span.set_attributes({"citerag.refused": value.refused, "citerag.citations.count": len(value.citations)})
                 if value.check is not None:
                     self.shared.citation_metrics.record(value.check)
                 self._cache_answer(question, generation, hits, value)
@@ -194,6 +204,7 @@ class Query:
         answer.trace_id = current_trace_id(span)
         texts["answer"] = answer.answer
         span.set_attributes({"citerag.cache.answer": True, "citerag.refused": answer.refused,
+                             "citerag.citations.count": len(answer.citations),
                              **hit_attributes("citerag.hits", hits)})
         yield "retrieval", hits
         for citation in answer.citations:

@@ -4,6 +4,8 @@ asked again against today's index, printing what changed."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -35,9 +37,13 @@ def trace_show(trace_id: str, index: str | None, as_json: bool) -> None:
     click.echo(f"trace {record['trace_id']}  {record['operation']}  collection {record['collection']}")
     click.echo("options: " + json.dumps(record["options"], ensure_ascii=False))
     if record.get("text_kept"):
-        for key in ("question", "answer"):
+        # A conversation's turn: the words asked, then the standalone query that was searched and answered.
+        labels = {"asked": "asked", "question": "searched" if "asked" in record else "question", "answer": "answer"}
+        for key, label in labels.items():
             if record.get(key) is not None:
-                click.echo(f"{key}: {record[key]}")
+                click.echo(f"{label}: {record[key]}")
+    for given in record.get("feedback", []):
+        click.echo(f"feedback: {feedback_line(given)}")
     depth: dict[str | None, int] = {}
     for span in record["spans"]:
         level = depth.get(span["parent_id"], -1) + 1
@@ -45,6 +51,16 @@ def trace_show(trace_id: str, index: str | None, as_json: bool) -> None:
         click.echo(f"{'  ' * level}{span['name']}  {span['duration_ms']:.1f} ms  {span['status']}")
         for key, value in span["attributes"].items():
             click.echo(f"{'  ' * level}  {key} = {json.dumps(value, ensure_ascii=False)}")
+
+
+def feedback_line(given: dict[str, Any]) -> str:
+    """One piece of feedback on a line: the verdict, the source named, who and when, the comment."""
+    verdict = "helpful" if given.get("helpful") else "not helpful"
+    source = f", source [{given['source']}] right" if given.get("source") else \
+        (", no source right" if given.get("none_right") else "")
+    when = datetime.fromtimestamp(float(given.get("at", 0)), UTC).isoformat(timespec="seconds")
+    comment = f": {json.dumps(given['comment'], ensure_ascii=False)}" if given.get("comment") else ""
+    return f"{verdict}{source} (by {given.get('by', '?')}, {when}){comment}"
 
 
 @click.command("replay")

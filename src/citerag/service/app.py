@@ -26,7 +26,17 @@ from citerag.jobs import Job
 from citerag.service import errors, mcp, metrics
 from citerag.service.auth import bearer_principal, service
 from citerag.service.ratelimit import make_limiter
-from citerag.service.routes import answers, chat, collections, conversations, docs, documents, pages, traces
+from citerag.service.routes import (
+    answers,
+    chat,
+    collections,
+    conversations,
+    docs,
+    documents,
+    feedback,
+    pages,
+    traces,
+)
 from citerag.service.state import Service, ServiceConfig
 from citerag.settings import Settings
 from citerag.trace.setup import request_span
@@ -64,8 +74,8 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
                   description="Answers with citations that open the source at the quote, or NO ANSWER.")
     errors.install(api)
     api.state.metrics = metrics.Metrics()
-    for router in (collections.router, documents.router, answers.router, conversations.router, chat.router,
-                   pages.router, metrics.router, traces.router, docs.router):
+    for router in (collections.router, documents.router, answers.router, feedback.router, conversations.router,
+                   chat.router, pages.router, metrics.router, traces.router, docs.router):
         api.include_router(router)
     mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required)
     api.router.routes.extend(mcp_routes)

@@ -66,6 +66,9 @@ class Metrics:
             ["operation", "stage"], buckets=BUCKETS, registry=self.registry)
         self.answers = Counter("citerag_answers", "Answers given, by outcome: answered or refused (NO ANSWER).",
                                ["outcome"], registry=self.registry)
+        # The arm is the pipeline that answered: "default" until a collection runs an experiment's two arms.
+        self.feedback = Counter("citerag_feedback", "Feedback given on answers, by collection, arm and verdict.",
+                                ["collection", "arm", "verdict"], registry=self.registry)
         self.ingest = IngestMetrics(self.registry)
         self.queue_depth = Gauge("citerag_ingest_queue_depth", "Uploaded documents waiting to be indexed.",
                                  registry=self.registry)
@@ -116,6 +119,12 @@ def observe_answer(collection: Collection, answer: Answer) -> None:
     metrics = for_core(collection.app)
     if metrics is not None:
         metrics.observe_answer(answer)
+
+
+def observe_feedback(collection: Collection, helpful: bool) -> None:
+    metrics = for_core(collection.app)
+    if metrics is not None:
+        metrics.feedback.labels(collection.name, "default", "helpful" if helpful else "unhelpful").inc()
 
 
 def observe_search(collection: Collection, result: SearchResult) -> None:

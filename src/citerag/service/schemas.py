@@ -52,3 +52,10 @@ class AskRequest(_Body):
 
 class SessionRequest(_Body):
     key: str = Field(min_length=1, max_length=200)
+
+
+class FeedbackRequest(_Body):
+    helpful: bool
+    source: int | None = Field(default=None, ge=1, le=100, description="The [n] of the cited source that was right.")
+    none_right: bool = Field(default=False, description="None of the cited sources was right.")
+    comment: str = Field(default="", max_length=2000)

@@ -49,6 +49,12 @@ class TraceStore(Protocol):
         """How many traces are kept (flushes first)."""
         ...
 
+    def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
+        """Keep one piece of feedback (a JSON object) on a kept trace, in a transaction of its own, and return how
+        many the trace now has; None when no such trace is kept. It goes with its trace: pruned with it, deleted
+        with its collection. get() lists a trace's feedback, oldest first, under "feedback" once there is some."""
+        ...
+
     def close(self) -> None:
         """Write what is queued, end the writer thread and release what the store holds (not connections it
         borrows). The store stays usable: a later trace starts a writer again."""

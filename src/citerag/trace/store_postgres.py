@@ -141,8 +141,30 @@ class PostgresTraceStore:
                 return None
             found = conn.execute("SELECT record FROM traces WHERE collection_id = %s AND trace_id = %s",
                                  (collection_id, trace_id.lower())).fetchone()
-        record: dict[str, Any] | None = found[0] if found else None
+            given = conn.execute("SELECT record FROM feedback WHERE collection_id = %s AND trace_id = %s"
+                                 " ORDER BY seq", (collection_id, trace_id.lower())).fetchall() if found else []
+        if not found:
+            return None
+        record: dict[str, Any] = found[0]
+        if given:
+            record["feedback"] = [r[0] for r in given]
         return record
+
+    def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
+        self.flush()  # the answer's own trace may still be queued
+        with self._transaction() as conn:
+            collection_id = self._collection_id(conn)
+            if collection_id is None:
+                return None
+            # FOR SHARE: a writer's prune of this trace waits for the commit (then drops the feedback with it).
+            if conn.execute("SELECT 1 FROM traces WHERE collection_id = %s AND trace_id = %s FOR SHARE",
+                            (collection_id, trace_id.lower())).fetchone() is None:
+                return None
+            conn.execute("INSERT INTO feedback (collection_id, trace_id, record) VALUES (%s, %s, %s)",
+                         (collection_id, trace_id.lower(), Jsonb(_no_nul(feedback))))
+            found = conn.execute("SELECT count(*) FROM feedback WHERE collection_id = %s AND trace_id = %s",
+                                 (collection_id, trace_id.lower())).fetchone()
+        return int(found[0]) if found else None
 
     def count(self) -> int:
         self.flush()

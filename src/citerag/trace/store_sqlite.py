@@ -42,6 +42,13 @@ CREATE TABLE IF NOT EXISTS traces (
     started REAL NOT NULL,
     record TEXT NOT NULL
 )"""
+# Feedback on an answer goes with its trace: the writer's connection deletes with foreign keys on.
+_FEEDBACK_SCHEMA = ("""
+CREATE TABLE IF NOT EXISTS feedback (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    trace_id TEXT NOT NULL REFERENCES traces (trace_id) ON DELETE CASCADE,
+    record TEXT NOT NULL
+)""", "CREATE INDEX IF NOT EXISTS feedback_by_trace ON feedback (trace_id)")
 
 
 def _on_read_only_mount(folder: Path) -> bool:
@@ -70,7 +77,9 @@ class _Connection:
             # journal (an older citerag) may refuse the switch for now: the next connection tries again.
             with suppress(sqlite3.OperationalError):
                 self.db.execute("PRAGMA journal_mode = WAL")
-            self.db.execute(_SCHEMA)
+            self.db.execute("PRAGMA foreign_keys = ON")
+            for statement in (_SCHEMA, *_FEEDBACK_SCHEMA):
+                self.db.execute(statement)
         except sqlite3.Error as exc:
             self.db.close()
             raise StoreUnavailable(f"cannot open the traces at {path}: {first_line(exc)}") from exc
@@ -166,8 +175,47 @@ class SqliteTraceStore:
                 row = db.execute("SELECT record FROM traces WHERE trace_id = ?", (trace_id.lower(),)).fetchone()
             except sqlite3.OperationalError:  # no table yet
                 return None
-        record: dict[str, Any] | None = json.loads(row[0]) if row else None
+            if row is None:
+                return None
+            try:
+                given = db.execute("SELECT record FROM feedback WHERE trace_id = ? ORDER BY seq",
+                                   (trace_id.lower(),)).fetchall()
+            except sqlite3.OperationalError:  # a file from before feedback: none given
+                given = []
+        record: dict[str, Any] = json.loads(row[0])
+        if given:
+            record["feedback"] = [json.loads(r[0]) for r in given]
         return record
+
+    def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
+        self.flush()  # the answer's own trace may still be queued
+        if not self.path.is_file():
+            return None
+        try:
+            db = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
+                                 isolation_level=None)
+        except sqlite3.OperationalError:  # gone meanwhile
+            return None
+        try:
+            for statement in _FEEDBACK_SCHEMA:
+                db.execute(statement)
+            db.execute("BEGIN IMMEDIATE")  # the writer's prune waits: the trace found below is still there
+            try:
+                if db.execute("SELECT 1 FROM traces WHERE trace_id = ?", (trace_id.lower(),)).fetchone() is None:
+                    return None
+                db.execute("INSERT INTO feedback (trace_id, record) VALUES (?, ?)",
+                           (trace_id.lower(), json.dumps(feedback, ensure_ascii=False)))
+                count = int(db.execute("SELECT COUNT(*) FROM feedback WHERE trace_id = ?",
+                                       (trace_id.lower(),)).fetchone()[0])
+                db.execute("COMMIT")
+                return count
+            finally:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+        except sqlite3.OperationalError as exc:  # a full or read-only disk, a lock held too long
+            raise StoreUnavailable(f"cannot keep the feedback in {self.path}: {first_line(exc)}") from exc
+        finally:
+            db.close()
 
     def count(self) -> int:
         self.flush()

@@ -142,13 +142,14 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                      who: Caller) -> JSONResponse | EventSourceResponse:
     collection = _collection(svc, who, body.model)
     question = _question(body)
-    query = conversations.retrieval_query(collection, _earlier(body), question)
+    followup = conversations.retrieval_query(collection, _earlier(body), question)
+    query = followup.query
     base = str(request.base_url).rstrip("/")
     ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": ident, "created": created, "model": collection.name}
     if not body.stream:
         try:
-            answer = collection.ask(query, AskOptions())
+            answer = collection.ask(query, AskOptions(), followup)
         except CiteragError as exc:
             raise ApiError(409, str(exc)) from None
         observe_answer(collection, answer)
@@ -158,7 +159,7 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                              "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                           "finish_reason": "stop"}],
                              "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, **extra})
-    answer_events = collection.ask_events(query, AskOptions())
+    answer_events = collection.ask_events(query, AskOptions(), followup)
     events = observe_events(collection, answer_events)
     try:
         first = next(events)  # retrieval runs before the response starts: an empty collection is still a 409

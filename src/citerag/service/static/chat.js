@@ -85,6 +85,36 @@ window.CiteragChat = (ctx) => {
     return el("details", { class: "searched" }, el("summary", {}, "Searched for"), el("p", { class: "query" }, query || ""));
   }
 
+  // Feedback on an answer (kept with its trace): helpful or not, and optionally which source was the right one.
+  function feedbackBar(n, a) {
+    if (!a.trace_id) return null;
+    const cites = Array.isArray(a.citations) ? a.citations : [];
+    const pick = cites.length ? el("select", { "aria-label": "Which source answered it", "data-testid": `t${n}-right-source` },
+      el("option", { value: "" }, "Right source: not said"),
+      ...cites.map((c) => el("option", { value: String(c.index) }, `[${c.index}] ${c.document_name || ""}`)),
+      el("option", { value: "none" }, "None of them")) : null;
+    const status = el("span", { class: "meta", role: "status" });
+    const send = async (helpful) => {
+      const body = { helpful };
+      if (pick && pick.value === "none") body.none_right = true;
+      else if (pick && pick.value) body.source = Number(pick.value);
+      try {
+        await api(`${colPath()}/answers/${a.trace_id}/feedback`, { method: "POST", json: body });
+      } catch (e) {
+        status.textContent = e.status === 404 ? "This answer's trace is no longer kept." : e.message;
+        return;
+      }
+      for (const b of bar.querySelectorAll("button, select")) b.disabled = true;
+      status.textContent = `Thanks: kept as ${helpful ? "helpful" : "not helpful"}.`;
+    };
+    const yes = el("button", { type: "button", class: "small", "data-testid": `t${n}-helpful` }, "Helpful");
+    const no = el("button", { type: "button", class: "small", "data-testid": `t${n}-unhelpful` }, "Not helpful");
+    yes.addEventListener("click", () => send(true));
+    no.addEventListener("click", () => send(false));
+    const bar = el("div", { class: "feedback", role: "group", "aria-label": "Feedback on this answer" }, pick, yes, no, status);
+    return bar;
+  }
+
   function turnItem(n, question) {
     const li = el("li", { class: "turn", "data-turn": String(n) },
       el("p", { class: "question" }, el("span", { class: "visually-hidden" }, "You asked: "), question),
@@ -97,7 +127,7 @@ window.CiteragChat = (ctx) => {
     const n = Number(li.dataset.turn);
     const reply = li.querySelector(".reply");
     reply.removeAttribute("aria-busy");
-    reply.replaceChildren(answerBlock(n, a), searched(query));
+    reply.replaceChildren(answerBlock(n, a), searched(query), feedbackBar(n, a) || "");
   }
 
   // ---- asking: the answer's events as they come --------------------------------
