@@ -268,3 +268,20 @@ class ConversationInfo:
     turns: int
     created_at: str
     updated_at: str
+
+
+@dataclass(frozen=True)
+class Label:
+    """A production question labelled for evaluation (citerag.app.labels): the needle, a span of a document's
+    canonical text that answers it, or out of domain (kind "ood", no span)."""
+
+    trace_id: str  # the answer's trace it was labelled from
+    question: str
+    kind: str  # "needle" | "ood"
+    document_id: int | None = None
+    start: int | None = None  # code points into the document's canonical text
+    end: int | None = None
+    needle: str = ""
+    by: str = ""  # an API key's id, or "local"
+    asked_at: float = 0.0  # when the question was asked (seconds since the epoch)
+    labelled_at: str = ""

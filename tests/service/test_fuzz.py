@@ -47,7 +47,8 @@ from corpus_paths import DATA
 _SPEC = create_app(Settings(index_dir=Path("/nonexistent/citerag-fuzz"))).openapi()
 LABELS = [f"{method.upper()} {path}" for path, ops in _SPEC["paths"].items() for method in ops]
 # What changes a server: fuzzed only on this module's own server, never on the shared deployment.
-WRITES = re.compile(r"^(POST /v1/collections|DELETE /v1/collections/.*|PUT .*|POST .*/documents|POST .*/retry)$")
+WRITES = re.compile(r"^(POST /v1/collections|DELETE /v1/collections/.*|PUT .*|POST .*/documents|POST .*/retry"
+                    r"|POST .*/feedback|POST .*/labels)$")
 DELETES = re.compile(r"^DELETE /v1/collections/")
 READS = [label for label in LABELS if not WRITES.match(label)]
 SEED = 20250417
@@ -133,11 +134,17 @@ def load(run: Run) -> schemathesis.BaseSchema:
         # A conversation of this key in each collection, for the routes of /conversations/{conversation_id}.
         started = [(n, c.post(f"/v1/collections/{n}/conversations", json={"question": "locale"})) for n in run.names]
         talks = [(n, r.json()["conversation_id"]) for n, r in started if r.status_code == 200]
+        # An answer in each collection, for feedback on it (its path) and a label of it (its body).
+        asked = [(n, c.post(f"/v1/collections/{n}/ask", json={"question": "fuzzing"})) for n in run.names]
+        answers = [(n, r.json()["trace_id"]) for n, r in asked if r.status_code == 200]
 
     @schema.hook
     def flatmap_path_parameters(context: Any, path_parameters: Any) -> st.SearchStrategy[Any]:
         # Half the time a collection (and a document of it) that exists, so that cases reach the handlers;
         # else what was generated, alone or mixed with real values.
+        if isinstance(path_parameters, dict) and {"trace_id", "name"} <= set(path_parameters) and answers:
+            return st.one_of(st.sampled_from([{**path_parameters, "name": n, "trace_id": t} for n, t in answers]),
+                             st.just(path_parameters))
         if isinstance(path_parameters, dict) and "trace_id" in path_parameters and traces:
             return st.one_of(st.sampled_from([{**path_parameters, "trace_id": t} for t in traces]),
                              st.just(path_parameters))
@@ -154,6 +161,14 @@ def load(run: Run) -> schemathesis.BaseSchema:
                                            "document_id": st.sampled_from([generated["document_id"], *run.ids])})
             return st.one_of(st.sampled_from(real), mixed)
         return st.one_of(st.sampled_from([{**generated, "name": n} for n in run.names]), st.just(generated))
+
+    @schema.hook
+    def flatmap_body(context: Any, body: Any) -> st.SearchStrategy[Any]:
+        # A label's body (the only one naming a trace): half the time an answer of "default" that exists.
+        mine = [t for n, t in answers if n == "default"]
+        if isinstance(body, dict) and "trace_id" in body and mine:
+            return st.one_of(st.sampled_from([{"trace_id": t, "ood": True} for t in mine]), st.just(body))
+        return st.just(body)
 
     return schema
 
@@ -250,7 +265,7 @@ VICTIMS = ["scratch-a", "scratch-b"]
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, schemathesis.BaseSchema]]:
     home = tmp_path_factory.mktemp("fuzz-home")
     admin = SqliteKeyStore(home).create(None, "admin")
-    with live_server(home) as server:
+    with live_server(home, trace_text=True) as server:  # questions kept, so that answers can be labelled
         with server.client(admin) as c:
             for name in VICTIMS:
                 assert c.post("/v1/collections", json={"name": name}).status_code == 201

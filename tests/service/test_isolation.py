@@ -85,8 +85,10 @@ def _body_params(route: APIRoute) -> dict[str, Any]:
     return {p.name: p for p in route.dependant.body_params}
 
 
-def _bodies(route: APIRoute, doc_name: str | None, default_files: dict[str, bytes]) -> Iterator[tuple[str, dict]]:
-    """Request bodies that an authorised key's request would be answered with a 2xx for."""
+def _bodies(route: APIRoute, doc_name: str | None, default_files: dict[str, bytes],
+            answered: str = "0" * 32) -> Iterator[tuple[str, dict]]:
+    """Request bodies that an authorised key's request would be answered with a 2xx for (`answered`: the trace id
+    of an answer in "default", for a label)."""
     body = _body_params(route)
     if not body:
         yield "", {}
@@ -110,6 +112,9 @@ def _bodies(route: APIRoute, doc_name: str | None, default_files: dict[str, byte
         yield "ask bm25 k", {"json": {"question": RED_DOT, "mode": "bm25", "k": 50,
                                       "threshold": 2.0, "max_sources": 20}}
         return
+    if "trace_id" in fields:  # a label: out of domain (a needle's span would name a document of default)
+        yield "label", {"json": {"trace_id": answered, "ood": True}}
+        return
     if "helpful" in fields:
         yield "feedback", {"json": {"helpful": False, "none_right": True, "comment": "a probe's comment"}}
         return
@@ -128,6 +133,8 @@ def _queries(route: APIRoute, ids: list[int]) -> list[dict[str, str]]:
         p.name for d in route.dependant.dependencies for p in d.query_params}
     if not names:
         return [{}]
+    if names == {"n", "days"}:  # the labelling queue
+        return [{"n": "5"}, {"n": "50", "days": "30"}, {}]
     assert names == {"ids"}, f"{route.path}: no probe values for query parameters {sorted(names)}"
     return [{"ids": ",".join(map(str, ids))}, {"ids": str(ids[0])}, {"ids": ""}, {}]
 
@@ -165,7 +172,7 @@ def probes(deployment: Deployment, names: dict[int, str], default_files: dict[st
         for name, doc_id, cid, tid in itertools.product(NAME_FORMS, doc_ids, talks, traces):
             url = path.format(name=name, document_id=doc_id, conversation_id=cid, trace_id=tid)
             doc_name = names.get(doc_id) if doc_id is not None else None
-            for label, kwargs in _bodies(route, doc_name, default_files):
+            for label, kwargs in _bodies(route, doc_name, default_files, answered):
                 for query in _queries(route, real):
                     extra = {"params": query} if query else {}
                     out.append(Probe(method, url, {**kwargs, **extra}, f"{method} {url} {label} {query or ''}"))

@@ -23,7 +23,7 @@ from citerag.errors import CiteragError, Superseded
 from citerag.refusal import RefusalRule
 from citerag.store import ChunkStats, Store
 from citerag.store.conversations import NotYours
-from citerag.types import Chunk, Locator, Turn
+from citerag.types import Chunk, Label, Locator, Turn
 from corpus_paths import DATA
 
 MakeStore = Callable[..., Store]
@@ -409,6 +409,25 @@ class StoreContract:
         assert again.conversation("c-1")[1][-1].n == 2  # type: ignore[index]
         assert make_store("other-collection").conversation("c-1") is None  # a conversation belongs to its collection
         assert store.generation() == generation  # asking changes no document
+
+    def test_a_label_is_kept_per_trace_and_replaced_when_labelled_again(self, make_store: MakeStore) -> None:
+        store = make_store("labelled")
+        doc = add(store, ROOT_ACCOUNT)
+        generation = store.generation()
+        needle = ROOT_ACCOUNT.chunks[0].content[:40]
+        first = store.add_label(Label("b" * 32, "Why not log in as root?", "needle", doc, 0, 40, needle, "key-a",
+                                      asked_at=200.0))
+        store.add_label(Label("a" * 32, "What is a hot pot broth?", "ood", by="local", asked_at=100.0))
+        assert first.labelled_at and first.needle == needle
+        again = make_store("labelled", create=False)  # another connection reads the same rows
+        kept = [(x.trace_id, x.kind, x.document_id, x.start, x.end, x.needle, x.by, x.asked_at) for x in again.labels()]
+        assert kept == [("a" * 32, "ood", None, None, None, "", "local", 100.0),
+                ("b" * 32, "needle", doc, 0, 40, needle, "key-a", 200.0)]  # in the order asked
+        again.add_label(Label("b" * 32, "Why not log in as root?", "ood", by="key-b", asked_at=200.0))
+        assert [(x.trace_id, x.kind, x.by) for x in store.labels()] == [("a" * 32, "ood", "local"),
+                                                                         ("b" * 32, "ood", "key-b")]
+        assert make_store("other-collection").labels() == []  # labels belong to their collection
+        assert store.generation() == generation  # labelling changes no document
 
     def test_a_deleted_conversation_is_gone_with_its_turns(self, make_store: MakeStore) -> None:
         store = make_store("talks")

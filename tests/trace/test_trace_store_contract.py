@@ -197,6 +197,21 @@ def test_feedback_is_kept_with_its_trace_and_goes_with_it(backend: Backend, tmp_
     assert _feedback_rows(backend, tmp_path, request) == 0
 
 
+def test_answers_lists_kept_answers_with_their_text_newest_first(backend: Backend) -> None:
+    store, other = backend.make("team-a"), backend.make("team-b")
+    first = store.write(operation("ask"), {}, "team-a", {"question": QUESTION, "answer": ANSWER})
+    store.write(operation("search"), {}, "team-a", {"question": "ferry"})  # a search: not an answer
+    store.write(operation("ask"), {}, "team-a")  # no text kept: nothing to label
+    second = store.write(operation("ask"), {}, "team-a", {"question": "Who keeps the lighthouse?", "answer": ""})
+    other.write(operation("ask"), {}, "team-b", {"question": QUESTION, "answer": ANSWER})
+    store.add_feedback(first, {"helpful": True, "source": 1})
+    found = backend.make("team-a").answers()
+    assert [r["trace_id"] for r in found] == [second, first]
+    assert found[1]["question"] == QUESTION and found[1]["feedback"] == [{"helpful": True, "source": 1}]
+    assert "feedback" not in found[0]
+    assert store.answers(limit=1) == found[:1] and store.answers(since=4e9) == []
+
+
 def test_reading_creates_nothing(backend: Backend) -> None:
     store = backend.make()
     assert store.get("0" * 32) is None and store.count() == 0

@@ -33,7 +33,7 @@ from citerag.search.retriever import hits_from_rows
 from citerag.settings import Settings
 from citerag.store.base import Store
 from citerag.trace import OPERATION, current_trace_id, hit_attributes, sink, traced_events, tracer
-from citerag.trace.setup import Sink, caller_attributes
+from citerag.trace.setup import Sink, caller_attributes, followup_attributes
 from citerag.types import Answer, Hit, SearchResult, answer_from_dict
 
 log = logging.getLogger("citerag")
@@ -138,15 +138,9 @@ class Query:
         self = cls(host, settings)
         self.cache.update(query=False, retrieval=False, answer=False)
         # The question's trace: its span is current while each event is computed (see traced_events).
-        texts = {"question": question}
-        attributes = self._operation("ask")
-        if followup is not None:  # the method on the span; the words asked only where the collection keeps text
-            texts["asked"] = followup.asked
-            attributes.update({"citerag.followup.rewrite": followup.rewrite,
-                               "citerag.followup.earlier_turns": followup.earlier})
-            if followup.conversation_id is not None:
-                attributes["citerag.conversation"] = followup.conversation_id
-        span = tracer.start_span("citerag.ask", attributes=attributes)
+        # A follow-up's method on the span; the words asked only in the kept texts (where trace_text allows).
+        texts = {"question": question, **({"asked": followup.asked} if followup is not None else {})}
+        span = tracer.start_span("citerag.ask", attributes={**self._operation("ask"), **followup_attributes(followup)})
         return traced_events(span, self._ask(question, span, texts, rule.rule), host.trace_sink(settings, texts))
 
     def _ask(self, question: str, span: Any, texts: dict[str, str], rule: str) -> Iterator[tuple[str, Any]]:

@@ -1,8 +1,8 @@
 """The `citerag` command line. Errors reach the user as one line and a non-zero exit, never a traceback.
 
 One module per audience: citerag.cli.local (one index on this machine), .serve (the HTTP service and its keys),
-.worker (the ingestion queue), .trace (kept traces), .eval (the evaluation), .ops (operations files); the options
-they share are declared once in citerag.cli.options."""
+.worker (the ingestion queue), .trace (kept traces), .label (production questions labelled), .eval (the evaluation),
+.ops (operations files); the options they share are declared once in citerag.cli.options."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from citerag.cli import local, mcp, ops, serve, trace, worker
+from citerag.cli import label, local, mcp, ops, serve, trace, worker
 from citerag.errors import CiteragError
 
 # Commands loaded only when asked for: the evaluation's modules (reports, statistics) are not worth loading for
@@ -48,7 +48,7 @@ def cli() -> None:
 
 
 for _command in [*local.COMMANDS, serve.serve_command, serve.keys_group, worker.worker_command, trace.trace_group,
-                 trace.replay_command, ops.slo_rules_command, mcp.mcp_command]:
+                 trace.replay_command, ops.slo_rules_command, mcp.mcp_command, label.label_group]:
     cli.add_command(_command)
 
 

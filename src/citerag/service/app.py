@@ -34,6 +34,7 @@ from citerag.service.routes import (
     docs,
     documents,
     feedback,
+    labels,
     pages,
     traces,
 )
@@ -74,8 +75,8 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
                   description="Answers with citations that open the source at the quote, or NO ANSWER.")
     errors.install(api)
     api.state.metrics = metrics.Metrics()
-    for router in (collections.router, documents.router, answers.router, feedback.router, conversations.router,
-                   chat.router, pages.router, metrics.router, traces.router, docs.router):
+    for router in (collections.router, documents.router, answers.router, feedback.router, labels.router,
+                   conversations.router, chat.router, pages.router, metrics.router, traces.router, docs.router):
         api.include_router(router)
     mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required)
     api.router.routes.extend(mcp_routes)

@@ -59,3 +59,11 @@ class FeedbackRequest(_Body):
     source: int | None = Field(default=None, ge=1, le=100, description="The [n] of the cited source that was right.")
     none_right: bool = Field(default=False, description="None of the cited sources was right.")
     comment: str = Field(default="", max_length=2000)
+
+
+class LabelRequest(_Body):
+    trace_id: str = Field(pattern=r"^[0-9a-fA-F]{32}$", description="The answer's trace id.")
+    document_id: int | None = Field(default=None, ge=1)
+    start: int | None = Field(default=None, ge=0, description="The needle's first code point in the document's text.")
+    end: int | None = Field(default=None, ge=1, description="One past the needle's last code point.")
+    ood: bool = Field(default=False, description="The question is out of the collection's domain.")

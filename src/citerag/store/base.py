@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from citerag.types import Chunk, ConversationInfo, Document, Locator, StoredChunk, Turn
+from citerag.types import Chunk, ConversationInfo, Document, Label, Locator, StoredChunk, Turn
 
 
 @dataclass
@@ -169,6 +169,14 @@ class Store(Protocol):
 
     def delete_conversation(self, conversation_id: str) -> bool:
         """Remove it and its turns; False when there was none."""
+        ...
+
+    def add_label(self, label: Label) -> Label:
+        """Keep a production question's label (its time set here), replacing the trace's earlier one."""
+        ...
+
+    def labels(self) -> list[Label]:
+        """Every label of the collection, in the order their questions were asked."""
         ...
 
     def close(self) -> None: ...

@@ -23,11 +23,11 @@ import numpy as np
 
 from citerag.errors import CiteragError, StoreUnavailable, Superseded, first_line
 from citerag.settings import redact_url
-from citerag.store import conversations
+from citerag.store import conversations, labels
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.store.pg_migrate import ensure_current
 from citerag.store.postgres_reads import DOC_COLUMNS, PostgresView, document
-from citerag.types import Chunk, ConversationInfo, Document, Locator, Turn
+from citerag.types import Chunk, ConversationInfo, Document, Label, Locator, Turn
 
 try:
     import psycopg
@@ -338,6 +338,15 @@ class PostgresStore:
     def delete_conversation(self, conversation_id: str) -> bool:
         with self._write() as conn:
             return conversations.delete(conn, PH, conversation_id, self._scope)
+
+    # Labels (citerag.store.labels): likewise.
+    def add_label(self, label: Label) -> Label:
+        with self._write() as conn:
+            return labels.put(conn, PH, label, self._scope)
+
+    def labels(self) -> list[Label]:
+        with self._read() as conn:
+            return labels.every(conn, PH, self._scope)
 
     @property
     def _scope(self) -> dict[str, Any]:

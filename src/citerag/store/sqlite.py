@@ -26,14 +26,14 @@ from urllib.parse import quote
 import numpy as np
 
 from citerag.errors import FULL, READ_ONLY, CiteragError, StoreUnavailable
-from citerag.store import conversations
+from citerag.store import conversations, labels
 from citerag.store import sqlite_reads as reads
 from citerag.store import sqlite_schema as schema
 from citerag.store import sqlite_writes as writes
 from citerag.store.base import ChunkStats, Snapshot, checked_vectors
 from citerag.store.sqlite_reads import SqliteView
 from citerag.store.sqlite_schema import DB_NAME, SCHEMA_VERSION
-from citerag.types import Chunk, ConversationInfo, Document, Locator, Turn
+from citerag.types import Chunk, ConversationInfo, Document, Label, Locator, Turn
 
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another writer before the store counts as unavailable
 
@@ -337,3 +337,12 @@ class SqliteStore:
     def delete_conversation(self, conversation_id: str) -> bool:
         with self._write() as db:
             return conversations.delete(db, PH, conversation_id)
+
+    # Labels (citerag.store.labels): likewise.
+    def add_label(self, label: Label) -> Label:
+        with self._write() as db:
+            return labels.put(db, PH, label)
+
+    def labels(self) -> list[Label]:
+        with self._read() as db:
+            return labels.every(db, PH)

@@ -10,7 +10,7 @@ from pathlib import Path
 from citerag.errors import CiteragError
 
 DB_NAME = "index.sqlite3"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # The change log: which document each generation changed, so that a search index that lags catches up per
 # document instead of rebuilding. One row per change is small; it is never trimmed.
@@ -67,6 +67,11 @@ _CONVERSATIONS = (
         created_at TEXT NOT NULL, PRIMARY KEY (conversation_id, n))""",
 )
 
+_LABELS = """CREATE TABLE IF NOT EXISTS labels (
+    trace_id TEXT PRIMARY KEY, question TEXT NOT NULL, kind TEXT NOT NULL CHECK (kind IN ('needle', 'ood')),
+    document_id INTEGER, char_start INTEGER, char_end INTEGER, needle TEXT NOT NULL, labelled_by TEXT NOT NULL,
+    asked_at REAL NOT NULL, labelled_at TEXT NOT NULL)"""
+
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
@@ -94,6 +99,10 @@ def _add_conversations(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _add_labels(db: sqlite3.Connection) -> None:
+    db.execute(_LABELS)
+
+
 # (the version a step reaches, what it adds, the step). Steps run in order inside one write transaction,
 # so an upgrade is all or nothing; never edit a released step, append a new one.
 _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
@@ -102,6 +111,7 @@ _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (4, "changes: the document each generation changed, so search indexes catch up per document; chunk ids "
         "from a counter, never reused", _add_change_log),
     (5, "conversations and their turns", _add_conversations),
+    (6, "labels: production questions labelled for evaluation", _add_labels),
 ]
 assert _MIGRATIONS[-1][0] == SCHEMA_VERSION
 
@@ -143,7 +153,7 @@ def check_upgradable(index_dir: Path, path: Path, found: int | None, create: boo
 def apply(db: sqlite3.Connection, found: int | None) -> None:
     """Create the schema (`found` None) or migrate from version `found`, inside the caller's write transaction."""
     if found is None:
-        for statement in (*_CREATE, *_CONVERSATIONS):
+        for statement in (*_CREATE, *_CONVERSATIONS, _LABELS):
             db.execute(statement)
     else:
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")

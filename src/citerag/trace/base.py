@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from citerag.trace.setup import OPERATION, TraceExists, span_id_hex, trace_id_hex
 
-__all__ = ["TraceExists", "TraceRow", "TraceStore", "span_json", "trace_row"]
+__all__ = ["TraceExists", "TraceRow", "TraceStore", "span_json", "trace_row", "with_feedback"]
 
 
 class TraceStore(Protocol):
@@ -47,6 +47,11 @@ class TraceStore(Protocol):
 
     def count(self) -> int:
         """How many traces are kept (flushes first)."""
+        ...
+
+    def answers(self, since: float = 0.0, limit: int = 10_000) -> list[dict[str, Any]]:
+        """The records of kept answers ("ask" traces) whose question text was kept, started at or after `since`
+        (seconds since the epoch), newest first, their feedback listed as in get(): what labelling samples."""
         ...
 
     def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
@@ -96,3 +101,15 @@ def trace_row(spans: Sequence[ReadableSpan], options: dict[str, Any], collection
         "spans": [span_json(s) for s in sorted(spans, key=lambda s: s.start_time or 0)]}
     return TraceRow(trace_id, None if operation is None else str(operation),
                     (root.start_time or time.time_ns()) / 1e9, record)
+
+
+def with_feedback(records: list[dict[str, Any]], given: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """`records` whose question text was kept, each with its feedback (trace id, feedback; oldest first) listed."""
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for trace_id, feedback in given:
+        by_trace.setdefault(trace_id, []).append(feedback)
+    kept = [r for r in records if r.get("text_kept")]
+    for record in kept:
+        if record["trace_id"] in by_trace:
+            record["feedback"] = by_trace[record["trace_id"]]
+    return kept

@@ -223,6 +223,14 @@ def hit_attributes(prefix: str, hits: Sequence[Any]) -> dict[str, Any]:
             f"{prefix}.distances": [round(float(h.cosine_distance), 6) for h in hits]}
 
 
+def followup_attributes(followup: Any) -> dict[str, Any]:
+    """A conversation's turn (citerag.app.models.Followup, or None): how its query was made, never its words."""
+    if followup is None:
+        return {}
+    found = {"citerag.followup.rewrite": followup.rewrite, "citerag.followup.earlier_turns": followup.earlier}
+    return found | ({"citerag.conversation": followup.conversation_id} if followup.conversation_id else {})
+
+
 def caller_attributes() -> dict[str, str]:
     """The attributes naming the span a request's caller sent (its `traceparent`), {} when none came: what an
     operation records so that an operator can find the caller's trace from a kept one."""

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from citerag.errors import CiteragError, StoreUnavailable, first_line
 from citerag.store.pg_migrate import migrate
-from citerag.trace.base import TraceRow
+from citerag.trace.base import TraceRow, with_feedback
 from citerag.trace.writer import Pending, TraceWriter
 
 try:
@@ -149,6 +149,19 @@ class PostgresTraceStore:
         if given:
             record["feedback"] = [r[0] for r in given]
         return record
+
+    def answers(self, since: float = 0.0, limit: int = 10_000) -> list[dict[str, Any]]:
+        self.flush()
+        with self._transaction() as conn:
+            collection_id = self._collection_id(conn)
+            if collection_id is None:
+                return []
+            rows = conn.execute("SELECT record FROM traces WHERE collection_id = %s AND operation = 'ask'"
+                                " AND started >= %s ORDER BY seq DESC LIMIT %s",
+                                (collection_id, since, limit)).fetchall()
+            given = conn.execute("SELECT trace_id, record FROM feedback WHERE collection_id = %s ORDER BY seq",
+                                 (collection_id,)).fetchall()
+        return with_feedback([r[0] for r in rows], [(t, f) for t, f in given])
 
     def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
         self.flush()  # the answer's own trace may still be queued

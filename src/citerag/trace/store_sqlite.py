@@ -25,7 +25,7 @@ from urllib.parse import quote
 from opentelemetry.sdk.trace import ReadableSpan
 
 from citerag.errors import StoreUnavailable, first_line
-from citerag.trace.base import TraceRow
+from citerag.trace.base import TraceRow, with_feedback
 from citerag.trace.writer import Pending, TraceWriter
 
 FILE_NAME = "traces.sqlite3"
@@ -186,6 +186,19 @@ class SqliteTraceStore:
         if given:
             record["feedback"] = [json.loads(r[0]) for r in given]
         return record
+
+    def answers(self, since: float = 0.0, limit: int = 10_000) -> list[dict[str, Any]]:
+        self.flush()
+        with self._reading() as db:
+            if db is None:
+                return []
+            try:
+                rows = db.execute("SELECT record FROM traces WHERE operation = 'ask' AND started >= ?"
+                                  " ORDER BY seq DESC LIMIT ?", (since, limit)).fetchall()
+                given = db.execute("SELECT trace_id, record FROM feedback ORDER BY seq").fetchall()
+            except sqlite3.OperationalError:  # no table yet (or a file from before feedback)
+                return []
+        return with_feedback([json.loads(r[0]) for r in rows], [(t, json.loads(f)) for t, f in given])
 
     def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
         self.flush()  # the answer's own trace may still be queued
