@@ -203,6 +203,8 @@ class Answer:
     # Which cache levels answered ("query", "retrieval", "answer" -> hit or not); empty when no cache was asked.
     cache: dict[str, bool] = field(default_factory=dict)
     trace_id: str | None = None  # the OpenTelemetry trace of the question (citerag.trace), when traced
+    experiment: str | None = None  # the experiment and arm whose options answered (citerag.app.experiments)
+    arm: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"question": self.question, "refused": self.refused, "answer": self.answer,
@@ -220,6 +222,8 @@ class Answer:
             data["cache"] = self.cache
         if self.trace_id is not None:
             data["trace_id"] = self.trace_id
+        if self.arm is not None:
+            data["experiment"], data["arm"] = self.experiment, self.arm
         return data
 
 
@@ -285,3 +289,17 @@ class Label:
     by: str = ""  # an API key's id, or "local"
     asked_at: float = 0.0  # when the question was asked (seconds since the epoch)
     labelled_at: str = ""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """Two pipeline arms of a collection with a traffic split (citerag.app.experiments): each arm is per-request
+    options (AskOptions' fields); a request goes to "b" with probability `split`, sticky per key or conversation."""
+
+    name: str
+    a: dict[str, Any]
+    b: dict[str, Any]
+    split: float  # the share of traffic arm "b" gets
+    sticky: str  # "key" | "conversation"
+    started_at: str = ""
+    stopped_at: str | None = None

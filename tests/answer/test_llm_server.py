@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,9 +57,17 @@ def test_real_server_answers_greedily_whole_and_streamed(server: LlamaServer) ->
     # The server reuses its cached prompt prefix from the second request on (which can shift a greedy
     # answer from the first); from then on, temperature 0 gives the same answer, streamed or not.
     whole = client.generate("q", [], PROMPT)
+    # The server's token counts, kept per thread (a generator is shared by request threads).
+    assert client.usage.tokens is not None and client.usage.tokens[0] > 20 and 0 < client.usage.tokens[1] <= 64
+    elsewhere: list[object] = []
+    other = threading.Thread(target=lambda: elsewhere.append(client.usage.tokens))
+    other.start()
+    other.join()
     seen: list[str] = []
-    streamed = _client(server, stream=True, on_delta=seen.append).generate("q", [], PROMPT)
+    streaming = _client(server, stream=True, on_delta=seen.append)
+    streamed = streaming.generate("q", [], PROMPT)
     assert len(seen) > 1 and streamed == whole
+    assert elsewhere == [None] and streaming.usage.tokens is None  # another thread's; a stream reports none
 
 
 def test_real_server_rejects_a_prompt_over_its_context_without_retries(server: LlamaServer) -> None:
@@ -94,6 +103,7 @@ def test_in_process_llama_generator_is_greedy() -> None:
     gen = LlamaGenerator("", n_ctx=1024, max_tokens=32, n_threads=1)
     first = gen.generate("q", [], PROMPT)
     assert first and gen.generate("q", [], PROMPT) == first
+    assert gen.usage.tokens is not None and gen.usage.tokens[1] <= 32
     with pytest.raises(GeneratorError, match="does not exist"):
         LlamaGenerator("/nonexistent/model.gguf")
 

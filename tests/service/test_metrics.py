@@ -16,6 +16,7 @@ import yaml
 from live import LiveServer, live_server, wait_settled
 from prometheus_client.parser import text_string_to_metric_families
 
+from citerag.app import experiments
 from citerag.service.state import ServiceConfig
 from corpus_paths import DEV_CORPUS
 from deploy_files import RULES, dashboard_exprs, metric_names, recorded_names, rule_exprs
@@ -137,6 +138,14 @@ def test_without_a_token_the_metrics_are_open(tmp_path: Path) -> None:
 def test_every_metric_the_dashboard_and_rules_read_is_exported_or_recorded(server: LiveServer) -> None:
     with server.client() as c:
         ask(c)  # so that every labelled series has appeared, whichever test ran first
+        # An experiment's series appear once it has answered (its arms' rows on the dashboard).
+        collection = server.app.state.service.app.collection()
+        experiments.start(collection, "metrics-probe", {"k": 5})
+        try:
+            answered = c.post(ASK, json={"question": QUESTION, "threshold": 2.0}).json()
+            assert answered["experiment"] == "metrics-probe" and answered["arm"] in ("a", "b")
+        finally:
+            experiments.stop(collection)
     exported = set(scrape(server)) | recorded_names()
     for expr in rule_exprs() + dashboard_exprs():
         missing = metric_names(expr) - exported

@@ -23,7 +23,7 @@ from citerag.errors import CiteragError, Superseded
 from citerag.refusal import RefusalRule
 from citerag.store import ChunkStats, Store
 from citerag.store.conversations import NotYours
-from citerag.types import Chunk, Label, Locator, Turn
+from citerag.types import Chunk, Experiment, Label, Locator, Turn
 from corpus_paths import DATA
 
 MakeStore = Callable[..., Store]
@@ -428,6 +428,26 @@ class StoreContract:
                                                                          ("b" * 32, "ood", "key-b")]
         assert make_store("other-collection").labels() == []  # labels belong to their collection
         assert store.generation() == generation  # labelling changes no document
+
+    def test_one_experiment_runs_at_a_time_and_stays_listed_once_stopped(self, make_store: MakeStore) -> None:
+        store = make_store("tried")
+        generation = store.generation()
+        first = store.start_experiment(Experiment("rerank", {}, {"mode": "bm25", "k": 10}, 0.5, "key"))
+        assert first.started_at and first.stopped_at is None
+        with pytest.raises(CiteragError, match="experiment 'rerank' is running: stop it first"):
+            store.start_experiment(Experiment("other", {}, {"mode": "dense"}, 0.2, "conversation"))
+        again = make_store("tried", create=False)  # another process sees it at once
+        assert [(e.name, e.a, e.b, e.split, e.sticky, e.stopped_at) for e in again.experiments()] == \
+            [("rerank", {}, {"mode": "bm25", "k": 10}, 0.5, "key", None)]
+        stopped = again.stop_experiment()
+        assert stopped is not None and stopped.name == "rerank" and stopped.stopped_at
+        assert again.stop_experiment() is None  # none runs
+        with pytest.raises(CiteragError, match="ran before"):
+            store.start_experiment(Experiment("rerank", {}, {"mode": "dense"}, 0.5, "key"))
+        store.start_experiment(Experiment("dense", {"mode": "hybrid"}, {"mode": "dense"}, 0.1, "conversation"))
+        assert [(e.name, e.stopped_at is None) for e in store.experiments()] == [("dense", True), ("rerank", False)]
+        assert make_store("other-collection").experiments() == []  # experiments belong to their collection
+        assert store.generation() == generation
 
     def test_a_deleted_conversation_is_gone_with_its_turns(self, make_store: MakeStore) -> None:
         store = make_store("talks")

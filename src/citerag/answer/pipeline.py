@@ -93,8 +93,8 @@ def answer_events(question: str, kept: list[Hit], best: float | None, generator:
     t0 = time.perf_counter()
     stream = getattr(generator, "stream_text", None)
     parts: list[str] = []
-    # Not made current: the span stays open across the yields (none of the generators report token counts,
-    # so the sizes are in characters).
+    # Not made current: the span stays open across the yields. Sizes in characters; tokens too where the model
+    # reports them (not in a stream).
     # Deltas carry the checked text only (CheckedStream): a link or an invented [n] is never sent, not even
     # before the final answer replaces it.
     checked = CheckedStream(len(citations))
@@ -109,6 +109,10 @@ def answer_events(question: str, kept: list[Hit], best: float | None, generator:
         else:
             raw = generator.generate(question, citations, prompt)
         span.set_attribute("citerag.generate.output_chars", len(raw))
+        usage = getattr(getattr(generator, "usage", None), "tokens", None)
+        if usage is not None:  # what an LLM reported it read and wrote (an experiment's report prices them)
+            span.set_attributes({"citerag.generate.prompt_tokens": usage[0],
+                                 "citerag.generate.completion_tokens": usage[1]})
     timings["generate"] = time.perf_counter() - t0
     # The model may only write [n] for a source it was given: anything else is removed and reported.
     with tracer.start_as_current_span("citerag.check") as span:

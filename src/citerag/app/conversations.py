@@ -16,6 +16,7 @@ from typing import Any
 
 from citerag.answer.followup import PastTurn, condensed_query, folded_query
 from citerag.answer.generators.base import GeneratorError
+from citerag.app import experiments
 from citerag.app.collection import Collection
 from citerag.app.models import AskOptions, Followup
 from citerag.errors import CiteragError
@@ -90,8 +91,9 @@ def ask(collection: Collection, question: str, *, owner: str, conversation_id: s
     stored history (an OpenAI client sends the whole conversation each time)."""
     cid, stored = history(collection, conversation_id, owner)
     turns = list(earlier) if earlier is not None else stored
+    options = experiments.route(collection, options, owner, cid)  # the arm's generator rewrites, too
     followup = retrieval_query(collection, turns, question, options, cid)
-    answer = collection.ask(followup.query, options, followup)
+    answer = experiments.mark(collection.ask(followup.query, options, followup), options)
     answer.question = question
     return Asked(cid, keep(collection, cid, owner, question, followup.query, answer), answer)
 
@@ -103,9 +105,10 @@ def ask_events(collection: Collection, question: str, *, owner: str, conversatio
     when the final answer has come."""
     cid, stored = history(collection, conversation_id, owner)
     turns = list(earlier) if earlier is not None else stored
+    options = experiments.route(collection, options, owner, cid)  # the arm's generator rewrites, too
     followup = retrieval_query(collection, turns, question, options, cid)
     yield "conversation", {"id": cid, "query": followup.query}
-    for kind, value in collection.ask_events(followup.query, options, followup):
+    for kind, value in experiments.marked(collection.ask_events(followup.query, options, followup), options):
         if kind == "answer" and isinstance(value, Answer):
             value.question = question
             keep(collection, cid, owner, question, followup.query, value)

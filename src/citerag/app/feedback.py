@@ -48,10 +48,13 @@ def give(collection: Collection, trace_id: str, feedback: Feedback, by: str) -> 
     record = store.get(trace_id) if store is not None else None
     if store is None or record is None or record.get("operation") != "ask":
         raise missing
-    cited = int(root_span(record)["attributes"].get("citerag.citations.count", 0))
+    traced = root_span(record)["attributes"]
+    cited = int(traced.get("citerag.citations.count", 0))
     if feedback.source is not None and not 1 <= feedback.source <= cited:
         raise FeedbackError(f"source {feedback.source} is not one of the answer's {cited} citations", "source")
     kept = {**asdict(feedback), "by": by, "at": round(time.time(), 3)}
+    if traced.get("citerag.arm"):  # the experiment arm that answered: the report and the metrics count per arm
+        kept |= {"experiment": traced.get("citerag.experiment"), "arm": traced["citerag.arm"]}
     count = store.add_feedback(trace_id, kept)
     if count is None:  # dropped since it was read
         raise missing

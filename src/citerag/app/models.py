@@ -33,6 +33,9 @@ class AskOptions(SearchOptions):
     max_sources: int | None = None
     generator: str | None = None
     lexical_threshold: float | None = None  # with an explicit threshold (a replay passes the rule's own)
+    # The experiment arm that chose these options (citerag.app.experiments): traced, never a setting.
+    experiment: str | None = None
+    arm: str | None = None
 
     def changes(self) -> dict[str, Any]:
         return {**super().changes(), "threshold": self.threshold, "max_sources": self.max_sources,

@@ -33,7 +33,7 @@ from citerag.search.retriever import hits_from_rows
 from citerag.settings import Settings
 from citerag.store.base import Store
 from citerag.trace import OPERATION, current_trace_id, hit_attributes, sink, traced_events, tracer
-from citerag.trace.setup import Sink, caller_attributes, followup_attributes
+from citerag.trace.setup import Sink, caller_attributes, request_attributes
 from citerag.types import Answer, Hit, SearchResult, answer_from_dict
 
 log = logging.getLogger("citerag")
@@ -140,7 +140,8 @@ class Query:
         # The question's trace: its span is current while each event is computed (see traced_events).
         # A follow-up's method on the span; the words asked only in the kept texts (where trace_text allows).
         texts = {"question": question, **({"asked": followup.asked} if followup is not None else {})}
-        span = tracer.start_span("citerag.ask", attributes={**self._operation("ask"), **followup_attributes(followup)})
+        span = tracer.start_span("citerag.ask", attributes={**self._operation("ask"),
+                                                           **request_attributes(followup, options)})
         return traced_events(span, self._ask(question, span, texts, rule.rule), host.trace_sink(settings, texts))
 
     def _ask(self, question: str, span: Any, texts: dict[str, str], rule: str) -> Iterator[tuple[str, Any]]:

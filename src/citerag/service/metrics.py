@@ -66,9 +66,15 @@ class Metrics:
             ["operation", "stage"], buckets=BUCKETS, registry=self.registry)
         self.answers = Counter("citerag_answers", "Answers given, by outcome: answered or refused (NO ANSWER).",
                                ["outcome"], registry=self.registry)
-        # The arm is the pipeline that answered: "default" until a collection runs an experiment's two arms.
+        # The arm is the experiment arm that answered ("a" or "b"), "default" outside an experiment.
         self.feedback = Counter("citerag_feedback", "Feedback given on answers, by collection, arm and verdict.",
                                 ["collection", "arm", "verdict"], registry=self.registry)
+        # An experiment's arms (citerag.app.experiments): answers and their seconds per arm.
+        self.arm_answers = Counter("citerag_experiment_answers", "Answers in an experiment, by arm and outcome.",
+                                   ["collection", "experiment", "arm", "outcome"], registry=self.registry)
+        self.arm_seconds = Histogram("citerag_experiment_answer_duration_seconds",
+                                     "Seconds per answer in an experiment, by arm.",
+                                     ["collection", "experiment", "arm"], buckets=BUCKETS, registry=self.registry)
         self.ingest = IngestMetrics(self.registry)
         self.queue_depth = Gauge("citerag_ingest_queue_depth", "Uploaded documents waiting to be indexed.",
                                  registry=self.registry)
@@ -117,14 +123,20 @@ def for_core(core: Shared) -> Metrics | None:
 
 def observe_answer(collection: Collection, answer: Answer) -> None:
     metrics = for_core(collection.app)
-    if metrics is not None:
-        metrics.observe_answer(answer)
+    if metrics is None:
+        return
+    metrics.observe_answer(answer)
+    if answer.arm and answer.experiment:  # marked by citerag.app.experiments
+        labels = (collection.name, answer.experiment, answer.arm)
+        metrics.arm_answers.labels(*labels, "refused" if answer.refused else "answered").inc()
+        if "total" in answer.timings:
+            metrics.arm_seconds.labels(*labels).observe(answer.timings["total"])
 
 
-def observe_feedback(collection: Collection, helpful: bool) -> None:
+def observe_feedback(collection: Collection, helpful: bool, arm: str | None = None) -> None:
     metrics = for_core(collection.app)
     if metrics is not None:
-        metrics.feedback.labels(collection.name, "default", "helpful" if helpful else "unhelpful").inc()
+        metrics.feedback.labels(collection.name, arm or "default", "helpful" if helpful else "unhelpful").inc()
 
 
 def observe_search(collection: Collection, result: SearchResult) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from citerag.types import Chunk, ConversationInfo, Document, Label, Locator, StoredChunk, Turn
+from citerag.types import Chunk, ConversationInfo, Document, Experiment, Label, Locator, StoredChunk, Turn
 
 
 @dataclass
@@ -177,6 +177,18 @@ class Store(Protocol):
 
     def labels(self) -> list[Label]:
         """Every label of the collection, in the order their questions were asked."""
+        ...
+
+    def start_experiment(self, experiment: Experiment) -> Experiment:
+        """Start it (its time set here); CiteragError while another runs or when its name was used before."""
+        ...
+
+    def stop_experiment(self) -> Experiment | None:
+        """Stop the running experiment (None when none runs); it stays listed."""
+        ...
+
+    def experiments(self) -> list[Experiment]:
+        """Every experiment of the collection, the newest (the running one, if any) first."""
         ...
 
     def close(self) -> None: ...

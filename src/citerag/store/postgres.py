@@ -23,11 +23,11 @@ import numpy as np
 
 from citerag.errors import CiteragError, StoreUnavailable, Superseded, first_line
 from citerag.settings import redact_url
-from citerag.store import conversations, labels
+from citerag.store import conversations, experiments, labels
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.store.pg_migrate import ensure_current
 from citerag.store.postgres_reads import DOC_COLUMNS, PostgresView, document
-from citerag.types import Chunk, ConversationInfo, Document, Label, Locator, Turn
+from citerag.types import Chunk, ConversationInfo, Document, Experiment, Label, Locator, Turn
 
 try:
     import psycopg
@@ -347,6 +347,19 @@ class PostgresStore:
     def labels(self) -> list[Label]:
         with self._read() as conn:
             return labels.every(conn, PH, self._scope)
+
+    # Experiments (citerag.store.experiments): likewise.
+    def start_experiment(self, experiment: Experiment) -> Experiment:
+        with self._write() as conn:
+            return experiments.start(conn, PH, experiment, self._scope)
+
+    def stop_experiment(self) -> Experiment | None:
+        with self._write() as conn:
+            return experiments.stop(conn, PH, self._scope)
+
+    def experiments(self) -> list[Experiment]:
+        with self._read() as conn:
+            return experiments.every(conn, PH, self._scope)
 
     @property
     def _scope(self) -> dict[str, Any]:

@@ -26,14 +26,14 @@ from urllib.parse import quote
 import numpy as np
 
 from citerag.errors import FULL, READ_ONLY, CiteragError, StoreUnavailable
-from citerag.store import conversations, labels
+from citerag.store import conversations, experiments, labels
 from citerag.store import sqlite_reads as reads
 from citerag.store import sqlite_schema as schema
 from citerag.store import sqlite_writes as writes
 from citerag.store.base import ChunkStats, Snapshot, checked_vectors
 from citerag.store.sqlite_reads import SqliteView
 from citerag.store.sqlite_schema import DB_NAME, SCHEMA_VERSION
-from citerag.types import Chunk, ConversationInfo, Document, Label, Locator, Turn
+from citerag.types import Chunk, ConversationInfo, Document, Experiment, Label, Locator, Turn
 
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another writer before the store counts as unavailable
 
@@ -346,3 +346,16 @@ class SqliteStore:
     def labels(self) -> list[Label]:
         with self._read() as db:
             return labels.every(db, PH)
+
+    # Experiments (citerag.store.experiments): likewise.
+    def start_experiment(self, experiment: Experiment) -> Experiment:
+        with self._write() as db:
+            return experiments.start(db, PH, experiment)
+
+    def stop_experiment(self) -> Experiment | None:
+        with self._write() as db:
+            return experiments.stop(db, PH)
+
+    def experiments(self) -> list[Experiment]:
+        with self._read() as db:
+            return experiments.every(db, PH)

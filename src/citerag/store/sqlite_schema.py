@@ -10,7 +10,7 @@ from pathlib import Path
 from citerag.errors import CiteragError
 
 DB_NAME = "index.sqlite3"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # The change log: which document each generation changed, so that a search index that lags catches up per
 # document instead of rebuilding. One row per change is small; it is never trimmed.
@@ -72,6 +72,13 @@ _LABELS = """CREATE TABLE IF NOT EXISTS labels (
     document_id INTEGER, char_start INTEGER, char_end INTEGER, needle TEXT NOT NULL, labelled_by TEXT NOT NULL,
     asked_at REAL NOT NULL, labelled_at TEXT NOT NULL)"""
 
+_EXPERIMENTS = (
+    """CREATE TABLE IF NOT EXISTS experiments (
+        name TEXT PRIMARY KEY, arm_a TEXT NOT NULL, arm_b TEXT NOT NULL, split REAL NOT NULL,
+        sticky TEXT NOT NULL CHECK (sticky IN ('key', 'conversation')), started_at TEXT NOT NULL, stopped_at TEXT)""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS experiments_one_running ON experiments ((1)) WHERE stopped_at IS NULL",
+)
+
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
@@ -103,6 +110,11 @@ def _add_labels(db: sqlite3.Connection) -> None:
     db.execute(_LABELS)
 
 
+def _add_experiments(db: sqlite3.Connection) -> None:
+    for statement in _EXPERIMENTS:
+        db.execute(statement)
+
+
 # (the version a step reaches, what it adds, the step). Steps run in order inside one write transaction,
 # so an upgrade is all or nothing; never edit a released step, append a new one.
 _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
@@ -112,6 +124,7 @@ _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
         "from a counter, never reused", _add_change_log),
     (5, "conversations and their turns", _add_conversations),
     (6, "labels: production questions labelled for evaluation", _add_labels),
+    (7, "experiments: two pipeline arms with a traffic split", _add_experiments),
 ]
 assert _MIGRATIONS[-1][0] == SCHEMA_VERSION
 
@@ -153,7 +166,7 @@ def check_upgradable(index_dir: Path, path: Path, found: int | None, create: boo
 def apply(db: sqlite3.Connection, found: int | None) -> None:
     """Create the schema (`found` None) or migrate from version `found`, inside the caller's write transaction."""
     if found is None:
-        for statement in (*_CREATE, *_CONVERSATIONS, _LABELS):
+        for statement in (*_CREATE, *_CONVERSATIONS, _LABELS, *_EXPERIMENTS):
             db.execute(statement)
     else:
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")

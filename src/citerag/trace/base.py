@@ -49,9 +49,10 @@ class TraceStore(Protocol):
         """How many traces are kept (flushes first)."""
         ...
 
-    def answers(self, since: float = 0.0, limit: int = 10_000) -> list[dict[str, Any]]:
-        """The records of kept answers ("ask" traces) whose question text was kept, started at or after `since`
-        (seconds since the epoch), newest first, their feedback listed as in get(): what labelling samples."""
+    def answers(self, since: float = 0.0, limit: int = 10_000, text_only: bool = True) -> list[dict[str, Any]]:
+        """The records of kept answers ("ask" traces), those whose question text was kept unless `text_only` is
+        False, started at or after `since` (seconds since the epoch), newest first, their feedback listed as in
+        get(): what labelling samples and an experiment's report counts."""
         ...
 
     def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
@@ -103,12 +104,14 @@ def trace_row(spans: Sequence[ReadableSpan], options: dict[str, Any], collection
                     (root.start_time or time.time_ns()) / 1e9, record)
 
 
-def with_feedback(records: list[dict[str, Any]], given: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """`records` whose question text was kept, each with its feedback (trace id, feedback; oldest first) listed."""
+def with_feedback(records: list[dict[str, Any]], given: Sequence[tuple[str, dict[str, Any]]],
+                  text_only: bool = True) -> list[dict[str, Any]]:
+    """`records` (only those whose question text was kept, if `text_only`), each with its feedback (trace id,
+    feedback; oldest first) listed."""
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for trace_id, feedback in given:
         by_trace.setdefault(trace_id, []).append(feedback)
-    kept = [r for r in records if r.get("text_kept")]
+    kept = [r for r in records if r.get("text_kept") or not text_only]
     for record in kept:
         if record["trace_id"] in by_trace:
             record["feedback"] = by_trace[record["trace_id"]]

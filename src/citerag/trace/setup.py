@@ -223,12 +223,16 @@ def hit_attributes(prefix: str, hits: Sequence[Any]) -> dict[str, Any]:
             f"{prefix}.distances": [round(float(h.cosine_distance), 6) for h in hits]}
 
 
-def followup_attributes(followup: Any) -> dict[str, Any]:
-    """A conversation's turn (citerag.app.models.Followup, or None): how its query was made, never its words."""
-    if followup is None:
-        return {}
-    found = {"citerag.followup.rewrite": followup.rewrite, "citerag.followup.earlier_turns": followup.earlier}
-    return found | ({"citerag.conversation": followup.conversation_id} if followup.conversation_id else {})
+def request_attributes(followup: Any, options: Any) -> dict[str, Any]:
+    """A question's context on its span: a conversation's turn (citerag.app.models.Followup, or None), how its query
+    was made, never its words; the experiment arm its options came from (AskOptions.experiment and .arm)."""
+    found: dict[str, Any] = {}
+    if followup is not None:
+        found |= {"citerag.followup.rewrite": followup.rewrite, "citerag.followup.earlier_turns": followup.earlier}
+        found |= {"citerag.conversation": followup.conversation_id} if followup.conversation_id else {}
+    if getattr(options, "arm", None):
+        found |= {"citerag.experiment": options.experiment, "citerag.arm": options.arm}
+    return found
 
 
 def caller_attributes() -> dict[str, str]:

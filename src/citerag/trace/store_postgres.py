@@ -150,7 +150,7 @@ class PostgresTraceStore:
             record["feedback"] = [r[0] for r in given]
         return record
 
-    def answers(self, since: float = 0.0, limit: int = 10_000) -> list[dict[str, Any]]:
+    def answers(self, since: float = 0.0, limit: int = 10_000, text_only: bool = True) -> list[dict[str, Any]]:
         self.flush()
         with self._transaction() as conn:
             collection_id = self._collection_id(conn)
@@ -161,7 +161,7 @@ class PostgresTraceStore:
                                 (collection_id, since, limit)).fetchall()
             given = conn.execute("SELECT trace_id, record FROM feedback WHERE collection_id = %s ORDER BY seq",
                                  (collection_id,)).fetchall()
-        return with_feedback([r[0] for r in rows], [(t, f) for t, f in given])
+        return with_feedback([r[0] for r in rows], [(t, f) for t, f in given], text_only)
 
     def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
         self.flush()  # the answer's own trace may still be queued

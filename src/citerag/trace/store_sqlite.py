@@ -187,7 +187,7 @@ class SqliteTraceStore:
             record["feedback"] = [json.loads(r[0]) for r in given]
         return record
 
-    def answers(self, since: float = 0.0, limit: int = 10_000) -> list[dict[str, Any]]:
+    def answers(self, since: float = 0.0, limit: int = 10_000, text_only: bool = True) -> list[dict[str, Any]]:
         self.flush()
         with self._reading() as db:
             if db is None:
@@ -198,7 +198,7 @@ class SqliteTraceStore:
                 given = db.execute("SELECT trace_id, record FROM feedback ORDER BY seq").fetchall()
             except sqlite3.OperationalError:  # no table yet (or a file from before feedback)
                 return []
-        return with_feedback([json.loads(r[0]) for r in rows], [(t, json.loads(f)) for t, f in given])
+        return with_feedback([json.loads(r[0]) for r in rows], [(t, json.loads(f)) for t, f in given], text_only)
 
     def add_feedback(self, trace_id: str, feedback: dict[str, Any]) -> int | None:
         self.flush()  # the answer's own trace may still be queued

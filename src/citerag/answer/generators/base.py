@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 from citerag.errors import CiteragError
@@ -31,3 +32,17 @@ class GeneratorError(CiteragError):
 def chat_messages(prompt: str) -> list[dict[str, Any]]:
     """The prompt (instructions, numbered sources, question) as a chat exchange."""
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+
+
+class Usage(threading.local):
+    """The token counts the model reported for the last call made on this thread (a generator is shared by the
+    request threads): (prompt, completion), or None when it reported none (a stream, the extractive generator)."""
+
+    tokens: tuple[int, int] | None = None
+
+    def keep(self, reply: Any) -> None:
+        usage = reply.get("usage") if isinstance(reply, dict) else None
+        try:
+            self.tokens = (int(usage["prompt_tokens"]), int(usage["completion_tokens"])) if usage else None
+        except (KeyError, TypeError, ValueError):
+            self.tokens = None

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from citerag.answer.generators.base import GeneratorError, chat_messages
+from citerag.answer.generators.base import GeneratorError, Usage, chat_messages
 from citerag.types import Citation
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -64,6 +64,7 @@ class LlamaGenerator:
         except (ValueError, RuntimeError) as exc:
             raise GeneratorError(f"cannot load GGUF model {self.model_path}: {exc}") from exc
         self._lock = threading.Lock()  # one context: one generation at a time
+        self.usage = Usage()
 
     def generate(self, question: str, sources: list[Citation], prompt: str) -> str:
         return self.complete(chat_messages(prompt))
@@ -84,4 +85,5 @@ class LlamaGenerator:
                                                             stream=False, **kwargs)
             except ValueError as exc:  # e.g. the prompt does not fit the context window
                 raise GeneratorError(f"llama generation failed: {exc}") from exc
+        self.usage.keep(out)
         return str(out["choices"][0]["message"]["content"] or "").strip()

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from citerag.answer.generators.base import GeneratorError, chat_messages
+from citerag.answer.generators.base import GeneratorError, Usage, chat_messages
 from citerag.types import Citation
 
 MAX_BACKOFF = 30.0
@@ -66,6 +66,7 @@ class OpenAICompatGenerator:
         self.seed = seed
         self.on_delta = on_delta
         self.attempts = 0  # requests sent by the last call, retries included
+        self.usage = Usage()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, transport=transport)
 
@@ -143,12 +144,14 @@ class OpenAICompatGenerator:
             response.read()
             try:
                 data = response.json()
+                self.usage.keep(data)
                 return str(data["choices"][0]["message"]["content"] or "").strip()
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 raise GeneratorError(f"unexpected reply from {self.url}: {response.text[:200]!r}") from exc
 
     def stream_text(self, prompt: str) -> Iterator[str]:
         """The answer's text deltas as the server sends them (each also passed to `on_delta`)."""
+        self.usage.tokens = None  # a stream reports no usage unless asked, and it is not asked
         with self._post(self._body(prompt, stream=True)) as response:
             for delta in sse_deltas(response.iter_lines()):
                 if self.on_delta is not None:

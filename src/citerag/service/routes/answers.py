@@ -12,9 +12,10 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
+from citerag.app import experiments
 from citerag.app.models import AskOptions, SearchOptions, check_text
 from citerag.errors import CiteragError
-from citerag.service.auth import Readable
+from citerag.service.auth import Caller, Readable
 from citerag.service.errors import ApiError
 from citerag.service.metrics import observe_answer, observe_events, observe_search
 from citerag.service.present import answer_json, citation_json, hit_json, refusal_json, search_json
@@ -45,16 +46,16 @@ def search(request: SearchRequest, collection: Readable) -> JSONResponse:
 @router.post("/ask", response_model=None,
              responses={200: {"content": {"application/json": {}, "text/event-stream": {}},
                               "description": "The answer, or with stream=true its events."}})
-def ask(request: AskRequest, collection: Readable) -> JSONResponse | EventSourceResponse:
+def ask(request: AskRequest, collection: Readable, who: Caller) -> JSONResponse | EventSourceResponse:
     question = text_field(request.question, "question")
-    options = AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
-                         max_sources=request.max_sources)
+    options = experiments.route(collection, AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
+                                                       max_sources=request.max_sources), who.key)
     if not request.stream:
-        answer = collection.ask(question, options)
+        answer = experiments.mark(collection.ask(question, options), options)
         observe_answer(collection, answer)
         return JSONResponse(answer_json(collection.name, answer))
     answer_events = collection.ask_events(question, options)
-    events = observe_events(collection, answer_events)
+    events = observe_events(collection, experiments.marked(answer_events, options))
     # The retrieval runs before the response starts, so that an empty collection is a 409 like the JSON answer.
     first = next(events)
     body = stream_events(collection.name, first, events)

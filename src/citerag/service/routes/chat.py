@@ -26,7 +26,7 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from citerag.answer.followup import PastTurn
-from citerag.app import conversations
+from citerag.app import conversations, experiments
 from citerag.app.collection import Collection
 from citerag.app.models import AskOptions, check_text
 from citerag.errors import CiteragError
@@ -142,14 +142,15 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                      who: Caller) -> JSONResponse | EventSourceResponse:
     collection = _collection(svc, who, body.model)
     question = _question(body)
-    followup = conversations.retrieval_query(collection, _earlier(body), question)
+    options = experiments.route(collection, AskOptions(), who.key)
+    followup = conversations.retrieval_query(collection, _earlier(body), question, options)
     query = followup.query
     base = str(request.base_url).rstrip("/")
     ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": ident, "created": created, "model": collection.name}
     if not body.stream:
         try:
-            answer = collection.ask(query, AskOptions(), followup)
+            answer = experiments.mark(collection.ask(query, options, followup), options)
         except CiteragError as exc:
             raise ApiError(409, str(exc)) from None
         observe_answer(collection, answer)
@@ -159,8 +160,8 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                              "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                           "finish_reason": "stop"}],
                              "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, **extra})
-    answer_events = collection.ask_events(query, AskOptions(), followup)
-    events = observe_events(collection, answer_events)
+    answer_events = collection.ask_events(query, options, followup)
+    events = observe_events(collection, experiments.marked(answer_events, options))
     try:
         first = next(events)  # retrieval runs before the response starts: an empty collection is still a 409
     except CiteragError as exc:

@@ -30,5 +30,5 @@ def give_feedback(trace_id: TraceId, request: FeedbackRequest, collection: Reada
         raise ApiError(404, str(exc)) from None
     except feedback.FeedbackError as exc:
         raise ApiError(422, str(exc), exc.field) from None
-    observe_feedback(collection, given.helpful)
+    observe_feedback(collection, given.helpful, kept.get("arm"))
     return JSONResponse(kept)
