@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from citerag.eval.answers import parse_judge
 from citerag.eval.paired import paired_rr
 
 # These tests are about the evaluation machinery: MiniLM alone keeps them fast and their names stable.
@@ -134,28 +133,12 @@ def test_generate_reports_the_gold_answer_share(reranked: dict[str, Any]) -> Non
     assert "gold answer" not in reranked["stdout"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--generate", "--judge"], "--judge needs an LLM: pass --generator llama or --generator openai"),
-    (["--judge"], "--judge needs --generate"),
-])
-def test_judge_needs_an_llm_generator(tiny_set: dict[str, Path], args: list[str], message: str) -> None:
+def test_judge_needs_generate(tiny_set: dict[str, Path]) -> None:
     done = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"], "--out",
-                   tiny_set["root"] / "cli-judge", *args)
+                   tiny_set["root"] / "cli-judge", "--judge", "http://127.0.0.1:9/v1")
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
-
-
-def test_judge_verdicts_are_parsed_defensively() -> None:
-    assert parse_judge('{"correctness": 1, "grounding": 0.5, "conciseness": 0}') == {
-        "correctness": 1.0, "grounding": 0.5, "conciseness": 0.0}
-    assert parse_judge('Sure! ```json\n{"correctness": "0.8", "grounding": 2, "conciseness": -1}\n```') == {
-        "correctness": 0.8, "grounding": 1.0, "conciseness": 0.0}
-    assert parse_judge('{"correctness": 1} then {"correctness": 0.2, "grounding": 0.3, "conciseness": 0.4}') == {
-        "correctness": 0.2, "grounding": 0.3, "conciseness": 0.4}
-    for bad in ("", "no json here", '{"correctness": "high", "grounding": 1, "conciseness": 1}',
-                '{"correctness": NaN, "grounding": 1, "conciseness": 1}', "[1, 2, 3]"):
-        assert parse_judge(bad) is None
+    assert len(lines) == 1 and lines[0] == "error: --judge needs --generate", done.stderr
 
 
 def test_paired_reciprocal_rank() -> None:

@@ -39,7 +39,7 @@ def _write(path: Path, text: str) -> None:
         raise CiteragError(f"cannot write {path}: {exc.strerror}") from exc
 
 
-def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: bool) -> Any:
+def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: Any) -> Any:
     """What run_eval calls with the default configuration's collection: the answer-level figures."""
     from citerag.eval.answers import evaluate_answers
 
@@ -47,6 +47,17 @@ def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: b
         return evaluate_answers(collection, qs, oods, options, judge=judge, log=lambda s: click.echo(s, err=True))
 
     return hook
+
+
+def _judge(app: Citerag, url: str, model: str, key_env: str, timeout: float | None) -> Any:
+    """The judge: the endpoint's model through citerag's OpenAI-compatible generator (its retries and timeout),
+    greedy, with room for the JSON verdict."""
+    from citerag.eval.judge import JudgeModel
+
+    settings = Settings().with_changes(generator="openai", openai_base_url=url, openai_model=model,
+                                       openai_api_key_env=key_env, generator_timeout=timeout, llm_temperature=0.0,
+                                       llm_max_tokens=96)
+    return JudgeModel(app.generator(settings).complete, model or "(the endpoint's default model)", url)
 
 
 @click.command("eval")
@@ -95,8 +106,12 @@ def _generate_hook(qs: list[Any], oods: list[Any], options: AskOptions, judge: b
 @click.option("--conversations", "conversations_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="conversations.jsonl: measure only follow-up retrieval (the last turn alone, the LLM-free fold, "
               "and with --generator llama or openai the LLM's rewrite) on the first strategy and retriever.")
-@click.option("--judge", is_flag=True, help="With --generate: score each answer with the generator as an LLM judge "
-              "(needs --generator llama or openai).")
+@click.option("--judge", "judge_url", metavar="URL", default=None,
+              help="With --generate: an OpenAI-compatible endpoint (http://HOST:PORT/v1) whose model scores each "
+              "answer 0-10 for correctness, grounding and conciseness.")
+@click.option("--judge-model", default="", help="The judge's model name, as its endpoint knows it.")
+@click.option("--judge-key-env", default="OPENAI_API_KEY", show_default=True,
+              help="The variable holding the judge endpoint's API key, if it needs one.")
 def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path | None, ood: Path | None,
                  phrases: Path | None, strategies: str, retrievers: str, embedders: str,
                  out: Path, cache: Path | None, cost_ratio: float, threshold: float | None, baseline: Path | None,
@@ -104,8 +119,8 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
                  rerank_model: str | None,
                  shortlist: int,
                  generate: bool, generator: str, llm_model_path: str | None, openai_base_url: str | None,
-                 openai_model: str | None, generator_timeout: float | None, judge: bool,
-                 conversations_file: Path | None) -> None:
+                 openai_model: str | None, generator_timeout: float | None, judge_url: str | None,
+                 judge_model: str, judge_key_env: str, conversations_file: Path | None) -> None:
     """Measure retrieval on a needle ground truth: Recall@k, MRR, nDCG@10 with Wilson intervals, destroyed
     answers, paired sign tests, threshold calibration; optionally gate against a baseline report."""
     from citerag.eval.gate import compare
@@ -122,11 +137,8 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
         raise CiteragError("give --dev-set DIR, or --corpus DIR and --questions FILE")
     if gate and baseline is None:
         raise CiteragError("--gate needs --baseline REPORT.json")
-    if judge and not generate:
+    if judge_url and not generate:
         raise CiteragError("--judge needs --generate")
-    if judge and generator == "extractive":
-        raise CiteragError("--judge needs an LLM: pass --generator llama or --generator openai "
-                           "(the extractive generator cannot judge)")
     if conversations_file is not None and (gate or generate or baseline):
         raise CiteragError("--conversations measures follow-ups alone: leave out --baseline, --gate and --generate")
     base = _load_report(baseline) if baseline else None  # fail fast, before hours of embedding
@@ -161,6 +173,7 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
     if generate:
         options = AskOptions(mode="dense" if "dense" in retriever_list else retriever_list[0],
                              rerank_model=rerank_model or "", shortlist=shortlist)
+        judge = _judge(app, judge_url, judge_model, judge_key_env, generator_timeout) if judge_url else None
         hook = _generate_hook(qs, oods, options, judge)
     with app:
         run = run_eval(corpus, qs, oods, strategies=strategy_list, retrievers=retriever_list,
@@ -179,6 +192,11 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
     if base is not None and baseline is not None:
         result = compare(report, base)
         attach_baseline(report, str(baseline), result)
+        judged = (report.get("answers") or {}).get("judge")
+        if judged:  # the judge's scores paired with the baseline's, question by question
+            from citerag.eval.judge import paired_against
+
+            judged["against_baseline"] = paired_against(judged, (base.get("answers") or {}).get("judge"))
     _write(out / "report.json", json.dumps(report, ensure_ascii=False, separators=(",", ":")) + "\n")
     _write(out / "report.md", to_markdown(report))
     if not no_html:
@@ -214,6 +232,9 @@ def eval_command(dev_set_dir: Path | None, corpus: Path | None, questions: Path 
                    f"{a['needle_supported']['count']}/{a['in_domain']}"
                    + (f"  gold answer {a['gold_answer']['count']}/{a['gold_answer']['n']}"
                       if a.get("gold_answer") else ""))
+        if j := a.get("judge"):
+            click.echo(f"judge {j['model']} ({j['parsed']}/{j['judged']} read): " + "  ".join(
+                f"{k} {'-' if c['mean'] is None else format(c['mean'], '.2f')}/10" for k, c in j["criteria"].items()))
     click.echo(f"wrote {out / 'report.json'}, report.md{'' if no_html else ', report.html'} "
                f"({run.seconds:.0f} s)")
     if result is not None:

@@ -2,60 +2,29 @@
 
 Refusals (answerable queries refused), bluffs (out-of-domain queries answered), citation accuracy (pooled over
 the sentences of every answer, with a Wilson interval; the mean over answers beside it), needle-supported
-answers (a validly cited source holds the needle), latency per stage, an optional LLM-as-judge score, and,
+answers (a validly cited source holds the needle), latency per stage, optional LLM-judge scores (citerag.eval.judge),
+and,
 for sets with gold answer spans (SQuAD-style), the share of answers whose text or cited quotes hold that span.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from citerag.answer.check import answer_figures
-from citerag.answer.generators.base import Generator, GeneratorError
+from citerag.answer.generators.base import Generator
 from citerag.app.collection import Collection
 from citerag.app.models import AskOptions
+from citerag.eval.judge import JudgeModel, judge_answers
 from citerag.eval.metrics import estimate, latency
 from citerag.eval.truth import OodQuery, Question
 from citerag.text import collapse
 from citerag.types import Answer
 
 STAGES = ("retrieve", "rerank", "generate", "total")
-JUDGE_KEYS = ("correctness", "grounding", "conciseness")
-JUDGE_PROMPT = """You grade an answer to a question against a reference passage and the answer's sources.
-Reply with JSON only, no other text: {{"correctness": 0-1, "grounding": 0-1, "conciseness": 0-1}}
-correctness: the answer states what the reference says; grounding: every claim is supported by the sources;
-conciseness: no padding or repetition.
-
-Question: {question}
-Reference: {needle}
-Sources:
-{sources}
-Answer: {answer}
-"""
-
-
-def parse_judge(text: str) -> dict[str, float] | None:
-    """The first JSON object in `text` holding all three scores, each clamped to [0, 1]; None if there is none."""
-    for match in re.finditer(r"\{[^{}]*\}", text):
-        try:
-            data = json.loads(match.group(0))
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(data, dict):
-            continue
-        try:
-            scores = {k: float(data[k]) for k in JUDGE_KEYS}
-        except (KeyError, TypeError, ValueError):
-            continue
-        if any(v != v for v in scores.values()):  # NaN
-            continue
-        return {k: min(1.0, max(0.0, v)) for k, v in scores.items()}
-    return None
 
 
 def _norm(text: str) -> str:
@@ -84,21 +53,11 @@ def gold_answer_share(held: Sequence[bool]) -> dict[str, Any] | None:
             "high": round(e.high, 6)}
 
 
-def judge_answer(judge: Generator, question: Question, answer: Answer) -> dict[str, float] | None:
-    sources = "\n".join(f"[{c.index}] {' '.join(c.quote.split())}" for c in answer.citations)
-    prompt = JUDGE_PROMPT.format(question=question.query, needle=question.needle, sources=sources,
-                                 answer=answer.answer)
-    try:
-        return parse_judge(judge.generate(question.query, answer.citations, prompt))
-    except GeneratorError:
-        return None
-
-
 def evaluate_answers(collection: Collection, questions: Sequence[Question], ood: Sequence[OodQuery],
-                     options: AskOptions, *, judge: bool = False,
+                     options: AskOptions, *, judge: JudgeModel | None = None,
                      log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Every query through `collection.ask(query, options)`; with `judge`, the chosen generator also grades
-    each answered in-domain question."""
+    """Every query through `collection.ask(query, options)`; with `judge`, an LLM judge scores each answered
+    in-domain question (citerag.eval.judge)."""
     settings = collection.settings.with_changes(**options.changes())
     generator: Generator = collection.generator(options)
     rows: dict[str, dict[str, Any]] = {}
@@ -147,11 +106,6 @@ def evaluate_answers(collection: Collection, questions: Sequence[Question], ood:
         "judge": None,
         "queries": {"answerable": rows, "ood": ood_rows},
     }
-    if judge:
-        scores = [judge_answer(generator, q, a) for q, a in answered]
-        good = [s for s in scores if s is not None]
-        log(f"judge: {len(good)} of {len(scores)} verdicts parsed")
-        out["judge"] = {"generator": generator.name, "judged": len(scores), "parsed": len(good),
-                        **{key: round(float(np.mean([s[key] for s in good])), 6) if good else None
-                           for key in JUDGE_KEYS}}
+    if judge is not None:
+        out["judge"] = judge_answers(judge, answered, log)
     return out

@@ -16,6 +16,7 @@ from citerag.eval.report import (
     budget_head,
     budget_rows,
     headline_rows,
+    judge_lines,
     latency_rows,
     paired_head,
     paired_rows,
@@ -92,6 +93,7 @@ def to_html(report: dict[str, Any], save: Callable[[str, bytes], None] | None = 
         parts.append(f"<h2>Answers</h2><p>{html.escape(answers['configuration'])} through the answer pipeline, "
                      f"generator {html.escape(answers['generator'])}, threshold {answers['threshold']:g}.</p>")
         parts.append(_table(["figure", "count", "value [95%]"], answer_rows(answers)))
+        parts.extend(f"<p>{html.escape(line)}</p>" for line in judge_lines(answers))
         parts.append(_table(["stage", "queries", "p50 ms", "p95 ms", "p99 ms"], latency_rows(answers)))
     parts.append("<h2>Indexes</h2>")
     parts.append(_table(["embedder", "strategy", "docs", "chunks", "over window", "header tokens", "seconds"],

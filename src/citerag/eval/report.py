@@ -231,11 +231,28 @@ def answer_rows(a: dict[str, Any]) -> list[list[str]]:
     if g:
         rows.append(["gold answer in the answer or its cited quotes", f"{g['count']}/{g['n']}", _est(g)])
     j = a.get("judge")
-    if j:
-        rows.append([f"judge ({j['generator']}, {j['parsed']}/{j['judged']} parsed)", "-",
-                     " ".join(f"{k} {'-' if j[k] is None else format(j[k], '.3f')}"
-                              for k in ("correctness", "grounding", "conciseness"))])
+    for criterion, c in (j or {}).get("criteria", {}).items():
+        interval = "" if c["low"] is None else f" [{c['low']:.2f}, {c['high']:.2f}]"
+        rows.append([f"judge: {criterion} (0-10)", f"{c['n']}/{j['judged']}",  # type: ignore[index]
+                     "-" if c["mean"] is None else f"{c['mean']:.2f}{interval}"])
     return rows
+
+
+def judge_lines(a: dict[str, Any]) -> list[str]:
+    """Who judged, with which prompt, what that is worth, and the paired test against the baseline's judge."""
+    j = a.get("judge")
+    if not j:
+        return []
+    lines = [f"Judge: {j['model']} at {j['url']}, prompt {j['prompt_version']} ({j['response_format']}); "
+             f"{j['parsed']} of {j['judged']} verdicts read. {j['caveat']}"]
+    paired = j.get("against_baseline")
+    if paired:
+        lines.append(f"Against the baseline's judge, over {paired['questions']} questions both judged (Wilcoxon "
+                     "signed-rank): " + "; ".join(
+                         f"{k} {paired[k]['mean_difference']:+.2f} ({paired[k]['better']} better, {paired[k]['worse']}"
+                         f" worse, p={paired[k]['p']:.3g})" for k in ("correctness", "grounding", "conciseness")
+                         if paired[k]["mean_difference"] is not None) + ".")
+    return lines
 
 
 def latency_rows(a: dict[str, Any]) -> list[list[str]]:
@@ -248,6 +265,7 @@ def answers_markdown(a: dict[str, Any]) -> list[str]:
             f"`{a['configuration']}` through the answer pipeline, generator {a['generator']}, threshold "
             f"{a['threshold']:g}, at most {a['max_sources']} sources.", "",
             _table(["figure", "count", "value [95%]"], answer_rows(a)), "",
+            *[line + "\n" for line in judge_lines(a)],
             "Latency per stage (ms; refusals have no generate stage):", "",
             _table(["stage", "queries", "p50", "p95", "p99"], latency_rows(a)), ""]
 

@@ -77,9 +77,12 @@ class OpenAICompatGenerator:
     def close(self) -> None:
         self._client.close()
 
-    def _body(self, prompt: str, stream: bool, messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def _body(self, prompt: str, stream: bool, messages: list[dict[str, Any]] | None = None,
+              response_format: dict[str, Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"messages": messages or chat_messages(prompt), "temperature": self.temperature,
                                 "max_tokens": self.max_tokens, "stream": stream}
+        if response_format is not None:
+            body["response_format"] = response_format
         if self.model:
             body["model"] = self.model
         if self.seed is not None:
@@ -135,9 +138,10 @@ class OpenAICompatGenerator:
             return "".join(self.stream_text(prompt)).strip()
         return self._reply(self._body(prompt, stream=False))
 
-    def complete(self, messages: list[dict[str, Any]]) -> str:
-        """The reply to chat `messages` of the caller's own (a follow-up's condense prompt), not streamed."""
-        return self._reply(self._body("", stream=False, messages=messages))
+    def complete(self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None = None) -> str:
+        """The reply to chat `messages` of the caller's own (a follow-up's condense prompt, a judge's), not streamed;
+        `response_format` as the OpenAI API takes it (a JSON object, constrained by a schema where the server can)."""
+        return self._reply(self._body("", stream=False, messages=messages, response_format=response_format))
 
     def _reply(self, body: dict[str, Any]) -> str:
         with self._post(body) as response:
