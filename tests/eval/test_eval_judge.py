@@ -65,9 +65,10 @@ def test_eval_judges_every_answer_through_a_real_server(tiny_set: dict[str, Path
     try:
         server.wait()
         runs = []
-        for name, extra in (("judged", ()), ("judged-again", ("--baseline", root / "judged" / "report.json"))):
+        for name, extra in (("judged", ()),
+                            ("judged-again", ("--no-html", "--baseline", root / "judged" / "report.json"))):
             done = citerag("eval", *MINILM, "--corpus", tiny_set["corpus"], "--questions", tiny_set["questions"],
-                           "--ood", tiny_set["ood"], "--strategies", "E", "--retrievers", "dense", "--no-html",
+                           "--ood", tiny_set["ood"], "--strategies", "E", "--retrievers", "dense",
                            "--cache", tiny_set["cache"], "--out", root / name, "--generate", "--judge",
                            server.base_url, "--judge-model", "smollm2", *extra)
             assert done.returncode == 0, done.stderr
@@ -90,6 +91,8 @@ def test_eval_judges_every_answer_through_a_real_server(tiny_set: dict[str, Path
     md = (root / "judged" / "report.md").read_text(encoding="utf-8")
     assert f"Judge: smollm2 at {server.base_url}, prompt {PROMPT_VERSION} (json schema)" in md and CAVEAT in md
     assert "| judge: correctness (0-10) |" in md and "judge smollm2 (" in done.stdout
+    page = (root / "judged" / "report.html").read_text(encoding="utf-8")
+    assert "judge: grounding (0-10)" in page and "mean little" in page
     # Greedy decoding: the same answers judged again give the same verdicts, paired question by question.
     again = runs[1][1]["answers"]["judge"]
     assert again["against_baseline"]["questions"] == len(read)

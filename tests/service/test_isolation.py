@@ -139,21 +139,22 @@ def _queries(route: APIRoute, ids: list[int]) -> list[dict[str, str]]:
     return [{"ids": ",".join(map(str, ids))}, {"ids": str(ids[0])}, {"ids": ""}, {}]
 
 
-def start_conversation(deployment: Deployment, key: str) -> str:
+def _asked(deployment: Deployment, key: str, route: str, field: str) -> str:
+    """The red-dot question asked in "default" by `key` through `route`; the response's `field`."""
     with deployment.server.client(key) as c:
-        response = c.post("/v1/collections/default/conversations", json={"question": RED_DOT})
+        response = c.post(f"/v1/collections/default/{route}", json={"question": RED_DOT})
         assert response.status_code == 200, response.text
-        cid: str = response.json()["conversation_id"]
-        return cid
+        found: str = response.json()[field]
+        return found
+
+
+def start_conversation(deployment: Deployment, key: str) -> str:
+    return _asked(deployment, key, "conversations", "conversation_id")
 
 
 def answer_trace(deployment: Deployment, key: str) -> str:
     """The trace id of an answer in "default" (what feedback names)."""
-    with deployment.server.client(key) as c:
-        response = c.post("/v1/collections/default/ask", json={"question": RED_DOT})
-        assert response.status_code == 200, response.text
-        trace_id: str = response.json()["trace_id"]
-        return trace_id
+    return _asked(deployment, key, "ask", "trace_id")
 
 
 def probes(deployment: Deployment, names: dict[int, str], default_files: dict[str, bytes]) -> list[Probe]:
