@@ -273,3 +273,10 @@ def test_set_in_config_file_rejects_bad_values(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="overlap must be less than target"):
         set_in_config_file(index, "target", "32")  # the default overlap, 64, would no longer fit
     assert path.read_text(encoding="utf-8") == "k = 7\n"  # untouched
+
+
+def test_token_prices_are_per_model_and_never_negative() -> None:
+    assert Settings(token_prices={"smollm2": (0.5, 1.5)}).token_prices == {"smollm2": (0.5, 1.5)}
+    for bad in ({"m": (-1.0, 1.0)}, {"m": (1.0,)}, {"m": "cheap"}):
+        with pytest.raises(ValueError, match="token_prices"):
+            Settings(token_prices=bad)  # type: ignore[arg-type]

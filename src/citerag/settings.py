@@ -119,6 +119,9 @@ class Settings(BaseModel):
     openai_stream: bool = False
     generator_timeout: float = Field(default=60.0, gt=0)  # seconds, per connect and per read
     generator_retries: int = Field(default=3, ge=0, le=20)
+    # What a model's tokens cost, per 1,000 (prompt, completion), keyed by the model's name (openai_model, or a
+    # GGUF file's name): answers, experiment reports and /metrics price what the model reports it used.
+    token_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     # Caches of the three levels of a question, in seconds (0 turns a level off); "memory" (this process) or
     # redis://HOST:PORT/DB (shared by every process). Keys carry the collection's generation: never stale.
     cache_url: str = "memory"
@@ -171,6 +174,13 @@ class Settings(BaseModel):
         if target is not None and value >= target:
             raise PydanticCustomError("overlap_too_large", "overlap must be less than target ({target})",
                                       {"target": target})
+        return value
+
+    @field_validator("token_prices")
+    @classmethod
+    def _prices(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        if any(price < 0 or price != price for pair in value.values() for price in pair):
+            raise ValueError("token prices are per 1,000 tokens, zero or more")
         return value
 
     @field_validator("cache_url")

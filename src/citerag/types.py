@@ -205,6 +205,8 @@ class Answer:
     trace_id: str | None = None  # the OpenTelemetry trace of the question (citerag.trace), when traced
     experiment: str | None = None  # the experiment and arm whose options answered (citerag.app.experiments)
     arm: str | None = None
+    # The model's reported tokens and their cost (citerag.answer.pipeline.priced_usage); None when none reported.
+    usage: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"question": self.question, "refused": self.refused, "answer": self.answer,
@@ -224,6 +226,8 @@ class Answer:
             data["trace_id"] = self.trace_id
         if self.arm is not None:
             data["experiment"], data["arm"] = self.experiment, self.arm
+        if self.usage is not None:
+            data["usage"] = self.usage
         return data
 
 

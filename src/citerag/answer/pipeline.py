@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from citerag import lang
@@ -109,10 +110,9 @@ def answer_events(question: str, kept: list[Hit], best: float | None, generator:
         else:
             raw = generator.generate(question, citations, prompt)
         span.set_attribute("citerag.generate.output_chars", len(raw))
-        usage = getattr(getattr(generator, "usage", None), "tokens", None)
-        if usage is not None:  # what an LLM reported it read and wrote (an experiment's report prices them)
-            span.set_attributes({"citerag.generate.prompt_tokens": usage[0],
-                                 "citerag.generate.completion_tokens": usage[1]})
+        usage = priced_usage(generator, settings)
+        if usage is not None:  # what an LLM reported it read and wrote, priced where settings.token_prices say
+            span.set_attributes({f"citerag.generate.{k}": v for k, v in usage.items() if v is not None})
     timings["generate"] = time.perf_counter() - t0
     # The model may only write [n] for a source it was given: anything else is removed and reported.
     with tracer.start_as_current_span("citerag.check") as span:
@@ -125,5 +125,18 @@ def answer_events(question: str, kept: list[Hit], best: float | None, generator:
                              "citerag.check.unused": check.unused, "citerag.check.flagged": check.flagged})
     timings["total"] = time.perf_counter() - start
     yield "answer", Answer(question, False, text, citations, prompt, check=check, generator=generator.name,
-                           timings=timings, best_distance=best, threshold=settings.threshold)
+                           timings=timings, best_distance=best, threshold=settings.threshold, usage=usage)
+
+
+def priced_usage(generator: Generator, settings: Settings) -> dict[str, Any] | None:
+    """The tokens the model reported for this thread's last call, and their cost at the configured price of its
+    model (openai_model, or the GGUF file's name); None when it reported none (the extractive generator, a
+    stream)."""
+    tokens = getattr(getattr(generator, "usage", None), "tokens", None)
+    if tokens is None:
+        return None
+    model = str(getattr(generator, "model", "") or Path(str(getattr(generator, "model_path", ""))).name)
+    price = settings.token_prices.get(model)
+    cost = None if price is None else round((tokens[0] * price[0] + tokens[1] * price[1]) / 1000, 8)
+    return {"model": model, "prompt_tokens": tokens[0], "completion_tokens": tokens[1], "cost": cost}
 

@@ -49,6 +49,8 @@ def arm_figures(records: list[dict[str, Any]], options: dict[str, Any], prices: 
     cost = None
     if prices is not None and tokens:
         cost = round(float(np.mean([(p * prices.prompt + c * prices.completion) / 1e6 for p, c in tokens])), 8)
+    elif (priced := [float(a["citerag.generate.cost"]) for a in generated if "citerag.generate.cost" in a]):
+        cost = round(float(np.mean(priced)), 8)  # at the collection's token_prices when it answered
     return {"options": options, "requests": n, "refused": estimate(refused, n).as_json(),
             "feedback_rate": estimate(len(rated), n).as_json(), "helpful": estimate(helpful, len(rated)).as_json(),
             "latency": latency([float(s["duration_ms"]) / 1000 for s in roots]),

@@ -75,6 +75,11 @@ class Metrics:
         self.arm_seconds = Histogram("citerag_experiment_answer_duration_seconds",
                                      "Seconds per answer in an experiment, by arm.",
                                      ["collection", "experiment", "arm"], buckets=BUCKETS, registry=self.registry)
+        # What the generator's model reported it used, and its cost at the configured price (token_prices).
+        self.tokens = Counter("citerag_generation_tokens", "Tokens the model reported, by kind (prompt, completion).",
+                              ["collection", "arm", "kind"], registry=self.registry)
+        self.cost = Counter("citerag_generation_cost", "What the reported tokens cost at settings.token_prices.",
+                            ["collection", "arm"], registry=self.registry)
         self.ingest = IngestMetrics(self.registry)
         self.queue_depth = Gauge("citerag_ingest_queue_depth", "Uploaded documents waiting to be indexed.",
                                  registry=self.registry)
@@ -126,6 +131,13 @@ def observe_answer(collection: Collection, answer: Answer) -> None:
     if metrics is None:
         return
     metrics.observe_answer(answer)
+    usage = answer.usage
+    if usage is not None and not answer.cache.get("answer"):  # an answer replayed from the cache cost nothing
+        arm = answer.arm or "default"
+        for kind in ("prompt", "completion"):
+            metrics.tokens.labels(collection.name, arm, kind).inc(usage[f"{kind}_tokens"])
+        if usage.get("cost") is not None:
+            metrics.cost.labels(collection.name, arm).inc(usage["cost"])
     if answer.arm and answer.experiment:  # marked by citerag.app.experiments
         labels = (collection.name, answer.experiment, answer.arm)
         metrics.arm_answers.labels(*labels, "refused" if answer.refused else "answered").inc()
