@@ -167,6 +167,17 @@ class LlamaServer:
             time.sleep(0.25)
         raise RuntimeError(f"llama_cpp.server did not come up within {seconds}s; see {self._log.name}")
 
+    @staticmethod
+    @contextmanager
+    def running(model: Path, log: Path) -> Iterator[LlamaServer]:
+        """A server up for the block (waited for), stopped after it."""
+        server = LlamaServer(model, log)
+        try:
+            server.wait()
+            yield server
+        finally:
+            server.stop()
+
     def stop(self) -> None:
         self.proc.terminate()
         try:

