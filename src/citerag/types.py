@@ -7,6 +7,8 @@ from typing import Any
 
 # A document uploaded through the API is keyed "upload:NAME": its bytes are kept by citerag.originals, never a path.
 UPLOAD_SCHEME = "upload:"
+# A document a source holds is keyed "source:NAME:KEY" (citerag.app.sources): its bytes are kept as an upload's are.
+SOURCE_SCHEME = "source:"
 
 
 @dataclass(frozen=True)
@@ -307,3 +309,31 @@ class Experiment:
     sticky: str  # "key" | "conversation"
     started_at: str = ""
     stopped_at: str | None = None
+
+
+@dataclass
+class SourceInfo:
+    """A configured origin of a collection's documents (citerag.app.sources): a folder, a Git repository or a
+    website, its options (branch, globs, sitemap, prefix, link template, limits), its schedule and its status
+    (last attempt and success, the counts and error of the last sync, the next run, failures in a row)."""
+
+    name: str
+    kind: str  # "folder" | "git" | "web"
+    location: str  # the folder's path or the URL
+    options: dict[str, Any] = field(default_factory=dict)
+    interval_s: float | None = None  # every so many seconds, or on `cron`, or only when asked (both None)
+    cron: str | None = None
+    created_at: str = ""
+    status: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    """One document a source holds: the source's own key for it (a path, a URL), the version token it was synced
+    at, and where a citation opens the live original."""
+
+    key: str
+    token: str
+    document_id: int
+    link: str = ""
+    origin: str = ""

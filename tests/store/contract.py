@@ -23,7 +23,7 @@ from citerag.errors import CiteragError, Superseded
 from citerag.refusal import RefusalRule
 from citerag.store import ChunkStats, Store
 from citerag.store.conversations import NotYours
-from citerag.types import Chunk, Experiment, Label, Locator, Turn
+from citerag.types import Chunk, Experiment, Label, Locator, SourceInfo, SourceItem, Turn
 from corpus_paths import DATA
 
 MakeStore = Callable[..., Store]
@@ -448,6 +448,44 @@ class StoreContract:
         assert [(e.name, e.stopped_at is None) for e in store.experiments()] == [("dense", True), ("rerank", False)]
         assert make_store("other-collection").experiments() == []  # experiments belong to their collection
         assert store.generation() == generation
+
+    def test_a_source_its_records_and_its_lease(self, make_store: MakeStore) -> None:
+        store = make_store("synced")
+        doc = add(store, ROOT_ACCOUNT)
+        generation = store.generation()
+        added = store.put_source(SourceInfo("docs", "git", "git://127.0.0.1/docs", {"globs": ["**/*.md"]}, 60.0),
+                                 create=True)
+        assert added.created_at
+        with pytest.raises(CiteragError, match="exists"):
+            store.put_source(SourceInfo("docs", "web", "https://example.org/"), create=True)
+        with pytest.raises(CiteragError, match="no source named 'nope'"):
+            store.put_source(SourceInfo("nope", "web", "https://example.org/"))
+        added.status = {"last_success": 1700000000.5, "failures": 0, "last": {"added": 1}}
+        store.put_source(added)
+        again = make_store("synced", create=False)  # another process reads the same rows
+        [seen] = again.sources()
+        assert (seen.name, seen.kind, seen.options, seen.interval_s, seen.status, seen.created_at) == \
+            ("docs", "git", {"globs": ["**/*.md"]}, 60.0, added.status, added.created_at)
+        # One holder at a time: a second is told who holds it, until it is let go or taken from a dead holder.
+        assert store.lease_source("docs", "host:1:1", 60) is None
+        assert again.lease_source("docs", "host:2:1", 60) == "host:1:1"
+        assert store.lease_source("docs", "host:1:1", 60) is None  # renewed by its holder
+        assert again.lease_source("docs", "host:2:1", 60, take_from="host:1:1") is None
+        assert store.lease_source("docs", "host:1:1", 60) == "host:2:1"
+        assert again.lease_source("docs", "host:2:1", 0) is None  # let go
+        assert store.lease_source("docs", "host:1:1", 60) is None
+        store.set_source_item("docs", "a.md", SourceItem("a.md", "blob-1", doc, "https://forge/a.md", "a.md at 1"))
+        store.set_source_item("docs", "a.md", SourceItem("a.md", "blob-2", doc, "https://forge/a.md", "a.md at 2"))
+        assert again.source_items("docs") == [SourceItem("a.md", "blob-2", doc, "https://forge/a.md", "a.md at 2")]
+        assert again.source_records([doc, doc + 1000]) == {doc: again.source_items("docs")[0]}
+        assert make_store("other-collection").sources() == []  # sources belong to their collection
+        assert make_store("other-collection").source_records([doc]) == {}
+        store.set_source_item("docs", "a.md", None)
+        assert store.source_items("docs") == []
+        store.set_source_item("docs", "b.md", SourceItem("b.md", "blob-3", doc))
+        assert store.remove_source("docs") is True and store.remove_source("docs") is False
+        assert store.sources() == [] and store.source_items("docs") == []
+        assert store.generation() == generation  # a source's records are not documents
 
     def test_a_deleted_conversation_is_gone_with_its_turns(self, make_store: MakeStore) -> None:
         store = make_store("talks")

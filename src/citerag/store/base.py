@@ -9,7 +9,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from citerag.types import Chunk, ConversationInfo, Document, Experiment, Label, Locator, StoredChunk, Turn
+from citerag.types import (
+    Chunk,
+    ConversationInfo,
+    Document,
+    Experiment,
+    Label,
+    Locator,
+    SourceInfo,
+    SourceItem,
+    StoredChunk,
+    Turn,
+)
 
 
 @dataclass
@@ -189,6 +200,33 @@ class Store(Protocol):
 
     def experiments(self) -> list[Experiment]:
         """Every experiment of the collection, the newest (the running one, if any) first."""
+        ...
+
+    def sources(self) -> list[SourceInfo]:
+        """The collection's sources (citerag.store.sources), by name."""
+        ...
+
+    def put_source(self, info: SourceInfo, create: bool = False) -> SourceInfo:
+        """Add a source (`create`; CiteragError when the name is taken) or replace its configuration and status
+        (CiteragError when there is none)."""
+        ...
+
+    def remove_source(self, name: str) -> bool:
+        """Remove the source and its records (not its documents: the caller removes those first)."""
+        ...
+
+    def lease_source(self, name: str, holder: str, seconds: float, take_from: str | None = None) -> str | None:
+        """Hold the source's sync lease for `seconds` (None), or who holds it; 0 seconds lets `holder`'s go."""
+        ...
+
+    def source_items(self, name: str) -> list[SourceItem]: ...
+
+    def source_records(self, document_ids: Iterable[int]) -> dict[int, SourceItem]:
+        """The record of each of these documents that a source holds (its key, live link and origin)."""
+        ...
+
+    def set_source_item(self, name: str, key: str, item: SourceItem | None) -> None:
+        """Record the document the source holds under `key` (None: none any more)."""
         ...
 
     def close(self) -> None: ...

@@ -23,11 +23,11 @@ import numpy as np
 
 from citerag.errors import CiteragError, StoreUnavailable, Superseded, first_line
 from citerag.settings import redact_url
-from citerag.store import conversations, experiments, labels
+from citerag.store import conversations, experiments, labels, sources
 from citerag.store.base import ChunkBatch, ChunkStats, Snapshot, checked_vectors
 from citerag.store.pg_migrate import ensure_current
 from citerag.store.postgres_reads import DOC_COLUMNS, PostgresView, document
-from citerag.types import Chunk, ConversationInfo, Document, Experiment, Label, Locator, Turn
+from citerag.types import Chunk, ConversationInfo, Document, Experiment, Label, Locator, SourceInfo, SourceItem, Turn
 
 try:
     import psycopg
@@ -360,6 +360,35 @@ class PostgresStore:
     def experiments(self) -> list[Experiment]:
         with self._read() as conn:
             return experiments.every(conn, PH, self._scope)
+
+    # Sources (citerag.store.sources): likewise.
+    def sources(self) -> list[SourceInfo]:
+        with self._read() as conn:
+            return sources.every(conn, PH, self._scope)
+
+    def put_source(self, info: SourceInfo, create: bool = False) -> SourceInfo:
+        with self._write() as conn:
+            return sources.put(conn, PH, info, create, self._scope)
+
+    def remove_source(self, name: str) -> bool:
+        with self._write() as conn:
+            return sources.remove(conn, PH, name, self._scope)
+
+    def lease_source(self, name: str, holder: str, seconds: float, take_from: str | None = None) -> str | None:
+        with self._write() as conn:
+            return sources.lease(conn, PH, name, holder, seconds, take_from, self._scope)
+
+    def source_items(self, name: str) -> list[SourceItem]:
+        with self._read() as conn:
+            return sources.items(conn, PH, name, self._scope)
+
+    def source_records(self, document_ids: Iterable[int]) -> dict[int, SourceItem]:
+        with self._read() as conn:
+            return sources.of_documents(conn, PH, document_ids, self._scope)
+
+    def set_source_item(self, name: str, key: str, item: SourceItem | None) -> None:
+        with self._write() as conn:
+            sources.set_item(conn, PH, name, key, item, self._scope)
 
     @property
     def _scope(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import errno
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -26,14 +26,14 @@ from urllib.parse import quote
 import numpy as np
 
 from citerag.errors import FULL, READ_ONLY, CiteragError, StoreUnavailable
-from citerag.store import conversations, experiments, labels
+from citerag.store import conversations, experiments, labels, sources
 from citerag.store import sqlite_reads as reads
 from citerag.store import sqlite_schema as schema
 from citerag.store import sqlite_writes as writes
 from citerag.store.base import ChunkStats, Snapshot, checked_vectors
 from citerag.store.sqlite_reads import SqliteView
 from citerag.store.sqlite_schema import DB_NAME, SCHEMA_VERSION
-from citerag.types import Chunk, ConversationInfo, Document, Experiment, Label, Locator, Turn
+from citerag.types import Chunk, ConversationInfo, Document, Experiment, Label, Locator, SourceInfo, SourceItem, Turn
 
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another writer before the store counts as unavailable
 
@@ -359,3 +359,32 @@ class SqliteStore:
     def experiments(self) -> list[Experiment]:
         with self._read() as db:
             return experiments.every(db, PH)
+
+    # Sources (citerag.store.sources): likewise.
+    def sources(self) -> list[SourceInfo]:
+        with self._read() as db:
+            return sources.every(db, PH)
+
+    def put_source(self, info: SourceInfo, create: bool = False) -> SourceInfo:
+        with self._write() as db:
+            return sources.put(db, PH, info, create)
+
+    def remove_source(self, name: str) -> bool:
+        with self._write() as db:
+            return sources.remove(db, PH, name)
+
+    def lease_source(self, name: str, holder: str, seconds: float, take_from: str | None = None) -> str | None:
+        with self._write() as db:
+            return sources.lease(db, PH, name, holder, seconds, take_from)
+
+    def source_items(self, name: str) -> list[SourceItem]:
+        with self._read() as db:
+            return sources.items(db, PH, name)
+
+    def source_records(self, document_ids: Iterable[int]) -> dict[int, SourceItem]:
+        with self._read() as db:
+            return sources.of_documents(db, PH, document_ids)
+
+    def set_source_item(self, name: str, key: str, item: SourceItem | None) -> None:
+        with self._write() as db:
+            sources.set_item(db, PH, name, key, item)

@@ -10,7 +10,7 @@ from pathlib import Path
 from citerag.errors import CiteragError
 
 DB_NAME = "index.sqlite3"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The change log: which document each generation changed, so that a search index that lags catches up per
 # document instead of rebuilding. One row per change is small; it is never trimmed.
@@ -79,6 +79,18 @@ _EXPERIMENTS = (
     "CREATE UNIQUE INDEX IF NOT EXISTS experiments_one_running ON experiments ((1)) WHERE stopped_at IS NULL",
 )
 
+# Sources (citerag.store.sources): kept with the collection, outside its generation.
+_SOURCES = (
+    """CREATE TABLE IF NOT EXISTS sources (
+        name TEXT PRIMARY KEY, kind TEXT NOT NULL, location TEXT NOT NULL, options TEXT NOT NULL, interval_s REAL,
+        cron TEXT, created_at TEXT NOT NULL, status TEXT NOT NULL, lease_holder TEXT, lease_until REAL NOT NULL
+        DEFAULT 0)""",
+    """CREATE TABLE IF NOT EXISTS source_items (
+        source TEXT NOT NULL, key TEXT NOT NULL, token TEXT NOT NULL, document_id INTEGER NOT NULL,
+        link TEXT NOT NULL, origin TEXT NOT NULL, PRIMARY KEY (source, key))""",
+    "CREATE INDEX IF NOT EXISTS source_items_by_document ON source_items (document_id)",
+)
+
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
@@ -115,6 +127,11 @@ def _add_experiments(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _add_sources(db: sqlite3.Connection) -> None:
+    for statement in _SOURCES:
+        db.execute(statement)
+
+
 # (the version a step reaches, what it adds, the step). Steps run in order inside one write transaction,
 # so an upgrade is all or nothing; never edit a released step, append a new one.
 _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
@@ -125,6 +142,7 @@ _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (5, "conversations and their turns", _add_conversations),
     (6, "labels: production questions labelled for evaluation", _add_labels),
     (7, "experiments: two pipeline arms with a traffic split", _add_experiments),
+    (8, "sources: folders, Git repositories and websites synced into the collection", _add_sources),
 ]
 assert _MIGRATIONS[-1][0] == SCHEMA_VERSION
 
@@ -166,7 +184,7 @@ def check_upgradable(index_dir: Path, path: Path, found: int | None, create: boo
 def apply(db: sqlite3.Connection, found: int | None) -> None:
     """Create the schema (`found` None) or migrate from version `found`, inside the caller's write transaction."""
     if found is None:
-        for statement in (*_CREATE, *_CONVERSATIONS, _LABELS, *_EXPERIMENTS):
+        for statement in (*_CREATE, *_CONVERSATIONS, _LABELS, *_EXPERIMENTS, *_SOURCES):
             db.execute(statement)
     else:
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
