@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"extract", "chunk", "embed", "cache", "local_postgres", "config_file"},
     {"store"},
     {"index", "trace"},
-    {"search", "originals", "keystore", "catalog", "jobs"},
+    {"search", "originals", "keystore", "catalog", "jobs", "sources"},
     {"refusal", "answer"},
     {"ingest"},
     {"backends"},  # the one place that names both backends and picks one (citerag.backends.open_backend)
@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
 ]
 LAYER = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 # What only the application core composes: entry points (CLI, eval, service, workers) go through citerag.app.
-INTERNALS = ("store", "index", "search", "ingest", "embed", "extract", "backends", "answer.generators",
+INTERNALS = ("store", "index", "search", "ingest", "embed", "extract", "backends", "answer.generators", "sources",
              "answer.pipeline", "catalog", "keystore", "originals")
 ENTRY_UNITS = ("cli", "eval", "service", "workers")
 # Data and pure rules inside those packages that an entry point may name: what an ingestion takes and gives, the
