@@ -122,6 +122,9 @@ class Settings(BaseModel):
     # What a model's tokens cost, per 1,000 (prompt, completion), keyed by the model's name (openai_model, or a
     # GGUF file's name): answers, experiment reports and /metrics price what the model reports it used.
     token_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    # Folders under which an API client may add a folder source or a file:// Git repository (the CLI, run by the
+    # machine's own user, may name any): none by default, so an API key never reads the server's own files.
+    source_roots: list[Path] = Field(default_factory=list)
     # Caches of the three levels of a question, in seconds (0 turns a level off); "memory" (this process) or
     # redis://HOST:PORT/DB (shared by every process). Keys carry the collection's generation: never stale.
     cache_url: str = "memory"

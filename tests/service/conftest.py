@@ -22,6 +22,9 @@ def _deploy(home: Path, keys: KeyStore, **settings: Any) -> Iterator[Deployment]
     with live_server(home, **settings) as server:
         with server.client(admin) as c:
             assert c.post("/v1/collections", json={"name": "other"}).status_code == 201
+            # A source of default's (a website on a closed port, never synced) for the probes of its routes.
+            assert c.post("/v1/collections/default/sources", json={
+                "name": "handbook", "kind": "web", "location": "http://127.0.0.1:9/handbook/"}).status_code == 201
         team_a, reader_a = keys.create("default", "write"), keys.create("default", "read")
         team_b = keys.create("other", "write")
         ids: dict[str, int] = {}

@@ -438,3 +438,27 @@ def test_a_two_turn_conversation_cites_the_follow_ups_passage_and_resumes_after_
     page.locator(f"#conversations button[data-id='{cid}']").click()
     expect(page.locator("#thread .turn")).to_have_count(3)
     assert watched.ours() == [], watched.ours()
+
+
+@needs_chromium
+def test_an_admin_sees_the_sources_and_syncs_one_a_reader_does_not(watched: Watched, deployment: Deployment) -> None:
+    """default's source (a website on a closed port) in the page's Sources table for an admin: synced from the
+    page, its failure and backoff shown; a reader's page has no Sources section."""
+    page = watched.page
+    _sign_in(page, deployment.reader_a, "default")
+    expect(page.locator("#documents tbody tr").first).to_be_visible()
+    expect(page.locator("#sources-section")).to_be_hidden()
+    page.click("#sign-out")
+    _sign_in(page, deployment.admin, "default")
+    row = page.locator("#sources tr#source-handbook")
+    expect(row).to_be_visible()
+    expect(row).to_contain_text("web")
+    expect(row).to_contain_text("http://127.0.0.1:9/handbook/")
+    row.get_by_role("button", name="Sync handbook now").click()
+    expect(row).to_contain_text("failed", timeout=20_000)  # the page reloads the table after the sync
+    expect(row).to_contain_text("127.0.0.1:9")
+    with deployment.server.client(deployment.admin) as api:
+        shown = api.get("/v1/collections/default/sources/handbook").json()
+    assert shown["failures"] >= 1 and shown["next_run"], shown
+    expect(row.locator("td").nth(5)).to_have_text(shown["next_run"])
+    assert watched.ours() == []

@@ -28,6 +28,7 @@ SECRET_QUESTIONS = [q["query"] for q in _DEV if q["source"] in ("ch03.en.html", 
 RED_DOT = "What unit state is signalled by a red dot in the output of systemctl status?"
 assert RED_DOT in SECRET_QUESTIONS and len(SECRET_QUESTIONS) >= 10
 MISSING_IDS = [0, 4242, 999_999, 2**53]  # ids no document of either collection has
+SOURCE = "handbook"  # default's source (service_fixtures: a website never synced)
 # The collection's name as written and percent-encoded (the server routes on the decoded path: the same collection).
 NAME_FORMS = ["default", "%64efault"]
 PROBE_TIMEOUT = 20.0  # a probe that does not answer at once (an event stream left open) fails the test
@@ -115,6 +116,9 @@ def _bodies(route: APIRoute, doc_name: str | None, default_files: dict[str, byte
     if "trace_id" in fields:  # a label: out of domain (a needle's span would name a document of default)
         yield "label", {"json": {"trace_id": answered, "ood": True}}
         return
+    if {"kind", "location"} <= fields:  # a source: a website that is never synced (a closed port)
+        yield "source", {"json": {"name": "probe-source", "kind": "web", "location": "http://127.0.0.1:9/docs/"}}
+        return
     if "helpful" in fields:
         yield "feedback", {"json": {"helpful": False, "none_right": True, "comment": "a probe's comment"}}
         return
@@ -133,6 +137,8 @@ def _queries(route: APIRoute, ids: list[int]) -> list[dict[str, str]]:
         p.name for d in route.dependant.dependencies for p in d.query_params}
     if not names:
         return [{}]
+    if names == {"wait"}:  # a source's sync: at once, or queued
+        return [{"wait": "true"}, {}]
     if names == {"n", "days"}:  # the labelling queue
         return [{"n": "5"}, {"n": "50", "days": "30"}, {}]
     assert names == {"ids"}, f"{route.path}: no probe values for query parameters {sorted(names)}"
@@ -165,13 +171,14 @@ def probes(deployment: Deployment, names: dict[int, str], default_files: dict[st
     answered = answer_trace(deployment, deployment.team_a)
     for method, path, route in collection_routes(deployment):
         params = set(route.param_convertors)
-        assert params <= {"name", "document_id", "conversation_id", "trace_id"}, \
+        assert params <= {"name", "document_id", "conversation_id", "trace_id", "source"}, \
             f"{route.path}: no probe values for {params}"
         doc_ids: list[int | None] = [*real, *MISSING_IDS] if "document_id" in params else [None]
         talks = [talk, "0" * 32] if "conversation_id" in params else [None]
         traces = [answered, "0" * 32] if "trace_id" in params else [None]
-        for name, doc_id, cid, tid in itertools.product(NAME_FORMS, doc_ids, talks, traces):
-            url = path.format(name=name, document_id=doc_id, conversation_id=cid, trace_id=tid)
+        named = [SOURCE, "no-such-source"] if "source" in params else [None]
+        for name, doc_id, cid, tid, src in itertools.product(NAME_FORMS, doc_ids, talks, traces, named):
+            url = path.format(name=name, document_id=doc_id, conversation_id=cid, trace_id=tid, source=src)
             doc_name = names.get(doc_id) if doc_id is not None else None
             for label, kwargs in _bodies(route, doc_name, default_files, answered):
                 for query in _queries(route, real):
@@ -402,7 +409,7 @@ def test_a_reader_sees_the_collection_but_may_not_change_it(
                 cid = start_conversation(deployment, deployment.reader_a) \
                     if "conversation_id" in route.param_convertors else None
                 tid = answer_trace(deployment, deployment.reader_a) if "trace_id" in route.param_convertors else None
-                url = path.format(name="default", document_id=doc_id, conversation_id=cid, trace_id=tid)
+                url = path.format(name="default", document_id=doc_id, conversation_id=cid, trace_id=tid, source=SOURCE)
                 doc_name = default_docs.get(doc_id) if doc_id is not None else None
                 label, kwargs = next(_bodies(route, doc_name, default_files))
                 query = _queries(route, ids)[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from service_fixtures import Deployment
-from test_isolation import answer_trace, collection_routes, start_conversation
+from test_isolation import SOURCE, answer_trace, collection_routes, start_conversation
 
 PLACES = ["key", "api_key", "access_token", "token", "authorization"]
 
@@ -19,7 +19,7 @@ def test_a_key_in_the_query_string_is_not_a_key(deployment: Deployment, place: s
     with httpx.Client(base_url=deployment.server.url, timeout=20) as anon:
         for method, path, _ in routes:
             url = path.format(name="default", document_id=next(iter(deployment.ids.values())), conversation_id=talk,
-                              trace_id=answered)
+                              trace_id=answered, source=SOURCE)
             response = anon.request(method, url, params={place: deployment.team_a})
             assert response.status_code == 401, (method, url, response.status_code, response.text[:200])
             assert response.json()["field"] is None

@@ -22,7 +22,7 @@ from citerag.ingest.files import Discovered, IngestReport, Outcome, Source, disp
 from citerag.settings import Settings
 from citerag.store import ChunkStats, Store
 from citerag.trace import OPERATION, tracer
-from citerag.types import UPLOAD_SCHEME, Document
+from citerag.types import SOURCE_SCHEME, UPLOAD_SCHEME, Document
 
 # Stamps that follow from others (the dimension follows from the model) or from the bytes (the language
 # detected in the text) are recorded but not compared, so staleness is decided without loading a model.
@@ -107,7 +107,7 @@ class Indexer:
                  uploads: UploadReader | None) -> IngestReport:
         report = IngestReport()
         for doc in progress(docs) if progress else docs:
-            if doc.source_path.startswith(UPLOAD_SCHEME):
+            if doc.source_path.startswith((UPLOAD_SCHEME, SOURCE_SCHEME)):
                 self._index_upload(doc, report, uploads)
             else:
                 self._index_file(Path(doc.source_path), report)

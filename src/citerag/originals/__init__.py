@@ -14,7 +14,7 @@ import hashlib
 from pathlib import Path
 
 from citerag.originals.base import Originals
-from citerag.types import UPLOAD_SCHEME, Document
+from citerag.types import SOURCE_SCHEME, UPLOAD_SCHEME, Document
 
 
 def save_original(originals: Originals, data: bytes) -> str:
@@ -27,7 +27,7 @@ def save_original(originals: Originals, data: bytes) -> str:
 def read_original(originals: Originals, doc: Document, sha256: str | None = None) -> bytes | None:
     """The bytes with hash `sha256` (default: the indexed version's), or None when they are no longer there."""
     sha = sha256 or doc.sha256
-    if doc.source_path.startswith(UPLOAD_SCHEME):
+    if doc.source_path.startswith((UPLOAD_SCHEME, SOURCE_SCHEME)):
         return originals.read(sha)  # stored under its hash, written whole
     try:
         data = Path(doc.source_path).read_bytes()

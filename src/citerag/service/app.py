@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citerag import __version__
 from citerag.app.home import Citerag, open_key_store, open_queue
+from citerag.app.syncer import Syncer
 from citerag.app.uploads import index_upload
 from citerag.jobs import Job
 from citerag.service import errors, mcp, metrics
@@ -36,6 +37,7 @@ from citerag.service.routes import (
     feedback,
     labels,
     pages,
+    sources,
     traces,
 )
 from citerag.service.state import Service, ServiceConfig
@@ -58,15 +60,18 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         core = Citerag.open_home(settings)
         jobs = open_queue(settings, partial(index_upload, core))  # the thread queue's jobs run in this process
-        svc = Service(core, open_key_store(settings), jobs, config, limiter)
+        svc = Service(core, open_key_store(settings), jobs, config, limiter, Syncer(core))
         api.state.service = svc
         api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()
         _requeue_pending(svc)
+        assert svc.syncer is not None
+        svc.syncer.start()
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
+            svc.syncer.stop()
             svc.jobs.stop()
             svc.keys.close()
             core.close()
@@ -76,7 +81,8 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     errors.install(api)
     api.state.metrics = metrics.Metrics()
     for router in (collections.router, documents.router, answers.router, feedback.router, labels.router,
-                   conversations.router, chat.router, pages.router, metrics.router, traces.router, docs.router):
+                   conversations.router, chat.router, sources.router, pages.router, metrics.router, traces.router,
+                   docs.router):
         api.include_router(router)
     mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required)
     api.router.routes.extend(mcp_routes)

@@ -204,6 +204,7 @@ class _CoreCollector(Collector):
                 for status in DOCUMENT_STATUSES:
                     documents.add_metric([name, status], counts.get(status, 0))
         yield documents
+        yield from _source_gauges(open_now)
 
     def _counts(self, name: str, collection: Collection) -> dict[str, int] | None:
         """Counted again only when the store's generation moved (every upload, status change and delete bumps it),
@@ -223,6 +224,34 @@ class _CoreCollector(Collector):
         with self._lock:
             self._documents[name] = (collection, generation, counts)
         return counts
+
+
+# Each source's status (citerag.app.sources) as gauges: what the CiteragSourceStalled alert and the page read.
+_SOURCE_GAUGES = {
+    "last_success_timestamp_seconds": ("last_success", "When the source's last sync succeeded."),
+    "last_attempt_timestamp_seconds": ("last_attempt", "When the source's last sync began."),
+    "next_run_timestamp_seconds": ("next_run", "When the source syncs next (absent: only when asked)."),
+    "failures": ("failures", "Syncs of the source that failed in a row."),
+    "documents": ("documents", "Documents the source holds."),
+    "interval_seconds": ("interval_s", "The source's sync interval (0: cron or only when asked)."),
+}
+
+
+def _source_gauges(open_now: list[tuple[str, Collection]]) -> Iterator[Metric]:
+    families = {k: GaugeMetricFamily(f"citerag_source_{k}", help_, labels=["collection", "source"])
+                for k, (_, help_) in _SOURCE_GAUGES.items()}
+    for name, collection in open_now:
+        try:
+            found = collection.store.sources()
+        except Exception as exc:  # closed or dropped during the scrape
+            log.debug("metrics: sources of %s not read: %s", name, exc)
+            continue
+        for info in found:
+            values = {**info.status, "interval_s": info.interval_s or 0}
+            for k, (field, _) in _SOURCE_GAUGES.items():
+                if values.get(field) is not None:
+                    families[k].add_metric([name, info.name], float(values[field]))
+    yield from families.values()
 
 
 _CITATION_HELP = {

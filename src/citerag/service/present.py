@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from citerag.answer.citations import text_directive, typed_locator
 from citerag.app.models import DocumentStatus
-from citerag.types import Answer, Citation, Document, Hit, SearchResult
+from citerag.types import SOURCE_SCHEME, Answer, Citation, Document, Hit, SearchResult
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
@@ -18,6 +18,14 @@ _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 
 def document_url(collection: str, document_id: int) -> str:
     return f"/v1/collections/{quote(collection, safe='')}/documents/{document_id}"
+
+
+def live_url(source_path: str) -> str:
+    """The live URL of a web source's document (its key, `source:NAME:URL`), else ''."""
+    if not source_path.startswith(SOURCE_SCHEME):
+        return ""
+    key = source_path.split(":", 2)[-1]
+    return key if key.startswith(("http://", "https://")) else ""
 
 
 def citation_json(collection: str, c: Citation) -> dict[str, Any]:
@@ -33,6 +41,11 @@ def citation_json(collection: str, c: Citation) -> dict[str, Any]:
     else:
         href = text_href
     data = {**c.as_json(), "locator": locator, "href": href, "text_href": text_href}
+    live = live_url(c.source_path)
+    if live:  # a web source's page: the live URL at the quote, besides the stored copy
+        data["live_href"] = live + (f"#page={locator['page']}" if locator["type"] == "page" else
+                                    text_directive(c.quote) if c.document_name.lower().endswith(HTML_SUFFIXES)
+                                    else "")
     data.pop("source_path")  # a server path or an upload key: the href is how a client reaches the source
     return data
 
@@ -75,4 +88,7 @@ def document_json(collection: str, doc: Document, stale: bool, job: str | None) 
     data = DocumentStatus(doc, stale).as_json()
     # A server's documents are named, not located: an upload's key and a server path are not a client's business.
     data.pop("source_path", None)
+    if doc.source_path.startswith(SOURCE_SCHEME):  # a source's document: which source, and its own identifier
+        name, _, key = doc.source_path[len(SOURCE_SCHEME):].partition(":")
+        data["source"] = {"name": name, "key": key, **({"live_href": key} if live_url(doc.source_path) else {})}
     return {**data, "sha256": doc.sha256, "job": job, "file_href": f"{url}/file", "text_href": f"{url}/view"}

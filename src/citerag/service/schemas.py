@@ -67,3 +67,19 @@ class LabelRequest(_Body):
     start: int | None = Field(default=None, ge=0, description="The needle's first code point in the document's text.")
     end: int | None = Field(default=None, ge=1, description="One past the needle's last code point.")
     ood: bool = Field(default=False, description="The question is out of the collection's domain.")
+
+
+class SourceRequest(_Body):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    kind: Literal["folder", "git", "web"]
+    location: str = Field(min_length=1, max_length=4000, description="The folder's absolute path, or the URL.")
+    branch: str | None = Field(default=None, min_length=1, max_length=200)
+    globs: list[str] | None = Field(default=None, max_length=50)
+    link: str | None = Field(default=None, max_length=1000, description="Git: a link template ({commit}, {path}).")
+    sitemap: str | None = Field(default=None, max_length=4000)
+    prefix: str | None = Field(default=None, max_length=4000)
+    rate: float | None = Field(default=None, gt=0, le=100)
+    max_pages: int | None = Field(default=None, ge=1, le=1_000_000)
+    watch: bool | None = None
+    interval_s: float | None = Field(default=None, ge=1, le=366 * 86400)
+    cron: str | None = Field(default=None, max_length=200)

@@ -185,6 +185,18 @@ def rules(slo: Objectives) -> dict[str, Any]:
                                        f" (expected {_number(r.min_ratio * 100)} %-{_number(r.max_ratio * 100)} %):"
                                        " the gate's threshold may no longer fit the corpus."},
     })
+    # A source (citerag.app.sources) whose syncs keep failing, or that has not synced for three of its intervals
+    # (a scheduler that stopped, a sync stuck on its origin): its documents are going stale without a 5xx anywhere.
+    alerts.append({
+        "alert": "CiteragSourceStalled",
+        "expr": f"({s}_source_interval_seconds > 0 and time() - {s}_source_last_success_timestamp_seconds"
+                f" > 3 * {s}_source_interval_seconds) or {s}_source_failures >= 3",
+        "for": "10m",
+        "labels": {"severity": "ticket"},
+        "annotations": {"summary": "A source of {{ $labels.collection }} is not syncing",
+                        "description": "Source {{ $labels.source }} has failed its last syncs or not synced for"
+                                       " three of its intervals: `citerag sources show` gives its last error."},
+    })
     return {"groups": [{"name": f"{s}-slo-recording", "rules": recording},
                        {"name": f"{s}-slo-alerts", "rules": alerts}]}
 

@@ -6,6 +6,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from citerag.app.home import Citerag
+from citerag.app.syncer import Syncer
 from citerag.errors import CiteragError
 from citerag.jobs import IngestQueue
 from citerag.keystore.base import KeyStore
@@ -74,3 +75,4 @@ class Service:
     jobs: IngestQueue
     config: ServiceConfig
     limiter: RateLimiter | None = None
+    syncer: Syncer | None = None  # the sources' scheduler (citerag.app.syncer)

@@ -5,10 +5,12 @@ from citerag.trace.setup import (
     OPERATION,
     configure,
     current_trace_id,
+    detached,
     hit_attributes,
     sink,
     traced_events,
     tracer,
 )
 
-__all__ = ["OPERATION", "configure", "current_trace_id", "hit_attributes", "sink", "traced_events", "tracer"]
+__all__ = ["OPERATION", "configure", "current_trace_id", "detached", "hit_attributes", "sink", "traced_events",
+           "tracer"]

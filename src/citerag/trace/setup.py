@@ -146,6 +146,17 @@ def sink(write: Sink | None) -> Iterator[None]:
         _sink.reset(token)
 
 
+@contextmanager
+def detached() -> Iterator[None]:
+    """Spans started inside begin traces of their own (each document a sync indexes inside an HTTP request is its
+    own operation, kept as its own trace, not a child of the request's)."""
+    token = otel_context.attach(otel_context.Context())
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def traced_events(span: trace.Span, events: Iterator[Any], write: Sink | None) -> Iterator[Any]:
     """Run a generator of events with `span` current while it computes each one, and end the span when it ends.
 

@@ -19,6 +19,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from citerag.app.home import Citerag
+from citerag.app.syncer import Syncer
 from citerag.errors import CiteragError
 from citerag.jobs.procrastinate import QUEUE, ensure_schema_async, reaching, worker_app
 from citerag.settings import Settings
@@ -70,6 +71,8 @@ async def _serve(settings: Settings, concurrency: int, name: str, metrics: tuple
         try:
             await ensure_schema_async(app, settings.store_url)
             recovery = asyncio.create_task(recover_forever(app, runtime), name="citerag-recovery")
+            syncer = Syncer(core)  # sources due are synced by whichever process takes their lease first
+            syncer.start()
             log.info("worker %s: running jobs of %s (concurrency %d, lease %gs, %d attempts)", name,
                      settings.safe_url, concurrency, runtime.lease_s, runtime.attempts)
             try:
@@ -80,6 +83,7 @@ async def _serve(settings: Settings, concurrency: int, name: str, metrics: tuple
                         update_heartbeat_interval=runtime.lease_s / 3, stalled_worker_timeout=runtime.lease_s,
                         fetch_job_polling_interval=POLL_S, install_signal_handlers=False))
             finally:
+                await asyncio.to_thread(syncer.stop)
                 recovery.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await recovery

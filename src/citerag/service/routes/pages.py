@@ -38,8 +38,12 @@ def health() -> dict[str, str]:
 def session(request: Request, svc: ServiceDep) -> dict[str, Any]:
     who = authenticate(svc, credential(request))
     limit(svc, request, who)
+    # The caller's own scope (and the collection its key is for): what the page shows, e.g. the admins' Sources.
+    scope, collection = ("admin", None) if not svc.config.keys_required and who is None else \
+        (who.scope, who.collection) if who is not None else (None, None)
     return {"keys_required": svc.config.keys_required,
-            "authenticated": not svc.config.keys_required or who is not None}
+            "authenticated": not svc.config.keys_required or who is not None, "scope": scope,
+            "collection": collection}
 
 
 @router.post("/v1/session", status_code=204, tags=["service"])

@@ -215,7 +215,52 @@
     const tbody = $("documents").tBodies[0];
     tbody.replaceChildren(...docs.map(docRow));
     if (!docs.length) tbody.append(el("tr", {}, el("td", { colspan: 6, class: "empty" }, "No documents in this collection yet.")));
+    loadSources();
     return docs;
+  }
+
+  // ---- sources (admins only: a 403 hides the section) ---------------------
+  function sourceState(s) {
+    if (s.last_error) return `failed ${s.failures}× in a row: ${s.last_error}`;
+    if (!s.last_success) return "never synced";
+    const l = s.last || {};
+    return `${s.last_success} · ${l.added || 0} added, ${l.changed || 0} changed, ${l.removed || 0} removed`;
+  }
+
+  function sourceRow(s) {
+    const sync = el("button", { type: "button", "aria-label": `Sync ${s.name} now` }, "Sync now");
+    sync.addEventListener("click", async () => {
+      sync.disabled = true;
+      const path = `${colPath()}/sources/${encodeURIComponent(s.name)}`;
+      try { await api(`${path}/sync`, { method: "POST" }); } catch (e) { return reportError(e); }
+      // Queued: the table is read again once the sync ended (a success or a failure recorded; at most 60 s).
+      for (let i = 0; i < 60; i++) {
+        await new Promise((done) => setTimeout(done, 1000));
+        let now = null;
+        try { now = await api(path); } catch (e) { break; }
+        if (now.last_success !== s.last_success || now.failures !== s.failures) break;
+      }
+      loadSources();
+    });
+    return el("tr", { id: `source-${s.name}`, class: s.last_error ? "status-failed" : "" },
+      el("td", {}, s.name), el("td", {}, s.kind), el("td", { class: "reason" }, s.location),
+      el("td", { class: "num" }, String(s.documents || 0)), el("td", { class: "reason" }, sourceState(s)),
+      el("td", {}, s.next_run || "when asked"), el("td", { class: "actions" }, sync));
+  }
+
+  async function loadSources() {
+    const c = collection;
+    if (!c) return;
+    let found = [];
+    try {
+      const s = await api("/v1/session");
+      if (s.scope === "admin" && (!s.collection || s.collection === c)) {
+        found = (await api(`${colPath()}/sources`)).sources || [];
+      }
+    } catch (e) { found = []; }
+    if (c !== collection) return;
+    $("sources-section").hidden = !found.length;
+    $("sources").tBodies[0].replaceChildren(...found.map(sourceRow));
   }
 
   // Server-sent status events for the given ids; onDone(true) on "done".

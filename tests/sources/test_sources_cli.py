@@ -1,0 +1,119 @@
+"""`citerag sources` at the terminal: a Git repository (file://) and a website (a real HTTP server on loopback)
+added, synced, shown, listed and removed, as the README's tour does; and every bad input one line, no traceback.
+The documents are XQuAD articles (CC-BY-SA 4.0, eval/xquad-en) and a Debian Reference page (its LICENSE)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from citerag.cli import main
+from corpus_paths import DEV_CORPUS, ROOT
+from upstreams import Site, commit_all, git, page
+
+XQUAD = ROOT / "eval" / "xquad-en" / "corpus"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["citerag", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(result: tuple[int, str, str], pattern: str) -> None:
+    code, _, err = result
+    assert code != 0 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and pattern in lines[0], err
+
+
+@pytest.fixture()
+def site(tmp_path: Path) -> Iterator[Site]:
+    docs = tmp_path / "site" / "manual"
+    docs.mkdir(parents=True)
+    shutil.copy(DEV_CORPUS / "apa.en.html", docs / "apa.en.html")
+    (docs / "index.html").write_text(page("Manual", ["apa.en.html"]))
+    served = Site(tmp_path / "site")
+    yield served
+    served.server.shutdown()
+    served.server.server_close()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed: apt-get install git")
+def test_a_repository_and_a_website_synced_at_the_terminal(
+        tmp_path: Path, site: Site, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    shutil.copy(XQUAD / "Packet_switching.txt", repo / "docs" / "packets.md")
+    (repo / "notes.txt").write_text("Not under docs/: left out by the glob.\n")
+    head = commit_all(repo, "first")
+    ix = ["--index", str(tmp_path / "ix")]
+    code, out, err = run(["sources", "add", "handbook", "--git", f"file://{repo}", "--path", "docs/**/*.md",
+                          "--link", "https://forge.example/handbook/blob/{commit}/{path}", *ix], capsys, monkeypatch)
+    assert code == 0 and out.startswith("added git source handbook"), err
+    code, out, err = run(["sources", "add", "manual", "--web", site.url("/manual/index.html"), "--every", "6h", *ix],
+                         capsys, monkeypatch)
+    assert code == 0 and "every 21600 s" in out, err
+    code, out, err = run(["sources", "sync", "handbook", *ix], capsys, monkeypatch)
+    assert code == 0, err
+    assert out.strip() == "handbook: 1 added, 0 changed, 0 removed, 0 unchanged, 0 failed (1 fetched)"
+    code, out, err = run(["sources", "sync", "manual", "--json", *ix], capsys, monkeypatch)
+    report = json.loads(out)
+    assert code == 0 and (report["added"], report["complete"], report["error"]) == (2, True, None), err
+    code, out, _ = run(["sources", "show", "handbook", "--json", *ix], capsys, monkeypatch)
+    shown = json.loads(out)
+    assert shown["commit"] == head and shown["documents"] == 1 and shown["last"]["added"] == 1
+    assert shown["next_run"] is None and shown["last_error"] is None
+    code, out, _ = run(["sources", "list", *ix], capsys, monkeypatch)
+    assert code == 0 and [line.split()[:2] for line in out.splitlines()] == [["handbook", "git"], ["manual", "web"]]
+    code, out, _ = run(["ask", "What is the name of the first packet switched network?", "--json", *ix],
+                       capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["citations"][0]["source_path"] == "source:handbook:docs/packets.md"
+    code, out, _ = run(["status", *ix], capsys, monkeypatch)
+    assert "source:manual:" + site.url("/manual/apa.en.html") in out
+    code, out, _ = run(["sources", "remove", "manual", *ix], capsys, monkeypatch)
+    assert code == 0 and out.strip() == "removed source manual and its 2 documents"
+    code, out, _ = run(["status", *ix], capsys, monkeypatch)
+    assert "source:manual:" not in out and "source:handbook:docs/packets.md" in out
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    ix = ["--index", str(tmp_path / "ix")]
+    one_line(run(["sources", "add", "x", *ix], capsys, monkeypatch),
+             "give one of --folder PATH, --git URL or --web URL")
+    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), "--web", "http://a/", *ix], capsys, monkeypatch),
+             "give one of")
+    one_line(run(["sources", "add", "Bad Name", "--folder", str(tmp_path), *ix], capsys, monkeypatch),
+             "source name 'Bad Name'")
+    one_line(run(["sources", "add", "x", "--folder", "relative/path", *ix], capsys, monkeypatch), "absolute path")
+    one_line(run(["sources", "add", "x", "--web", "ftp://example.org/", *ix], capsys, monkeypatch), "http:// or https://")
+    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), "--every", "soon", *ix], capsys, monkeypatch),
+             "--every 'soon'")
+    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), "--cron", "every day", *ix], capsys, monkeypatch),
+             "is not a cron expression")
+    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), "--sitemap", "http://a/s.xml", *ix], capsys,
+                 monkeypatch), "a folder source takes no option 'sitemap'")
+    assert run(["sources", "add", "x", "--folder", str(tmp_path), "--cron", "0 3 * * *", *ix], capsys,
+               monkeypatch)[0] == 0
+    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), *ix], capsys, monkeypatch), "exists")
+    one_line(run(["sources", "sync", "nope", *ix], capsys, monkeypatch), "no source 'nope'")
+    one_line(run(["sources", "show", "nope", *ix], capsys, monkeypatch), "no source 'nope'")
+    one_line(run(["sources", "remove", "nope", *ix], capsys, monkeypatch), "no source 'nope'")
+    gone = tmp_path / "gone"
+    assert run(["sources", "add", "gone", "--folder", str(gone), *ix], capsys, monkeypatch)[0] == 0
+    one_line(run(["sources", "sync", "gone", *ix], capsys, monkeypatch), "is not there")
+    code, out, _ = run(["sources", "show", "gone", "--json", *ix], capsys, monkeypatch)
+    shown = json.loads(out)
+    assert shown["failures"] == 1 and "is not there" in shown["last_error"] and shown["next_run"]  # backed off
