@@ -10,7 +10,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,9 +27,10 @@ TYPES = {".html": "text/html; charset=utf-8", ".pdf": "application/pdf", ".xml":
 class Site:
     """Serves `root` as it is at each request; `log` holds (method, path, status, user agent) of every request."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, port: int = 0) -> None:
         self.root = root
         self.log: list[tuple[str, str, int, str]] = []
+        self.on_request: Callable[[str], None] | None = None  # told each path before it is answered
         self.status: dict[str, int] = {}  # path -> forced status
         self.delay: dict[str, float] = {}
         self.no_length: set[str] = set()  # sent without Content-Length (the body ends when the connection closes)
@@ -43,6 +44,8 @@ class Site:
 
             def do_GET(self) -> None:  # noqa: N802
                 path = urlsplit(self.path).path
+                if site.on_request is not None:
+                    site.on_request(path)
                 time.sleep(site.delay.get(path, 0.0))
                 file = site.root / path.lstrip("/")
                 if path in site.status:
@@ -78,10 +81,14 @@ class Site:
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a client that timed out closed its socket: not the test's concern
 
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"

@@ -5,7 +5,8 @@ the test to assert. It asserts nothing itself: a scenario that goes wrong is a f
 
     unshare -rm python disk_driver.py SCENARIO WORKDIR
 
-Scenarios: `cli` (full disk, recovery, read-only index, with the real encoder), `sweep` (the disk full at many
+Scenarios: `cli` (full disk, recovery, read-only index, with the real encoder), `sync` (a folder source's sync
+onto a full disk, then with room), `sweep` (the disk full at many
 moments of an ingest, in process with the hash encoder), `index_files` (the search index files failing to save at
 every step of a save), `service` (uploads on a full disk and a read-only home).
 """
@@ -190,8 +191,8 @@ def examine(ix: Path, model: str = MODEL, kind: str = "exact") -> dict[str, Any]
         for doc in snap.documents.values():
             chunks = [c for c in snap.chunks if c.document_id == doc.id]
             text = snap.texts[doc.id]
-            # As the indexer extracts it: the file's bytes, or an upload's stored original, under its name.
-            data = (ix / "files" / doc.sha256).read_bytes() if doc.source_path.startswith("upload:") \
+            # As the indexer extracts it: the file's bytes, or a stored original (an upload's, a source's).
+            data = (ix / "files" / doc.sha256).read_bytes() if doc.source_path.startswith(("upload:", "source:")) \
                 else Path(doc.source_path).read_bytes()
             extractor = extractor_for(Path(doc.name))
             assert extractor is not None, doc.name
@@ -327,6 +328,24 @@ def scenario_cli(work: Path) -> dict[str, Any]:
     out["rw_ingest"] = brief(run("ingest", str(docs), str(more), "--index", str(ix), "--json"))
     out["final_examine"] = examine(ix)
     out["final_reads"] = cli_reads(ix)
+    return out
+
+
+def scenario_sync(work: Path) -> dict[str, Any]:
+    """A folder source of the 100 documents synced with the real encoder onto a 2 MB file system until it is full;
+    more space, then the next sync completes, and the one after fetches nothing."""
+    docs, mnt = work / "docs", work / "mnt"
+    make_corpus(docs)
+    ix = mnt / "ix"
+    mount(mnt, "2m")
+    out: dict[str, Any] = {"add": brief(run("sources", "add", "docs", "--folder", str(docs), "--index", str(ix)))}
+    out["full_sync"] = brief(run("sources", "sync", "docs", "--index", str(ix), "--json"))
+    out["full_examine"] = examine(ix)
+    remount(mnt, "size=64m")
+    out["sync"] = brief(run("sources", "sync", "docs", "--index", str(ix), "--json"))
+    out["examine"] = examine(ix)
+    out["again"] = brief(run("sources", "sync", "docs", "--index", str(ix), "--json"))
+    out["show"] = brief(run("sources", "show", "docs", "--index", str(ix), "--json"))
     return out
 
 
@@ -636,7 +655,8 @@ def scenario_service(work: Path) -> dict[str, Any]:
 
 
 SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
-    "cli": scenario_cli, "sweep": scenario_sweep, "index_files": scenario_index_files, "service": scenario_service}
+    "cli": scenario_cli, "sweep": scenario_sweep, "index_files": scenario_index_files, "service": scenario_service,
+    "sync": scenario_sync}
 
 
 def main() -> None:

@@ -84,6 +84,11 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return drive("service", tmp_path_factory.mktemp("disk-service"), timeout=600)
 
 
+@pytest.fixture(scope="module")
+def sync(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return drive("sync", tmp_path_factory.mktemp("disk-sync"), timeout=900)
+
+
 def one_error_line(stderr: list[str], *causes: str) -> str:
     """The one `error:` line a command printed, naming one of `causes`; everything else on stderr is a
     `warning:` line (no traceback, no internal error)."""
@@ -290,3 +295,27 @@ def test_the_service_recovers_once_the_home_is_writable(service: dict[str, Any])
     assert_intact(service["final_examine"], indexed=4)
     assert service["final_originals"] == {"files": 4, "temporary": [], "corrupt": []}
     assert service["log_tracebacks"] == 0
+
+
+# A source's sync (issue 29) onto a full disk, then with room.
+
+def test_a_sync_stopped_by_a_full_disk_loses_nothing_and_the_next_completes(sync: dict[str, Any]) -> None:
+    assert sync["add"]["rc"] == 0
+    full = sync["full_sync"]
+    assert full["rc"] == 1
+    one_error_line(full["stderr"], "full")
+    seen = sync["full_examine"]
+    assert_intact(seen)
+    assert 0 < seen["counts"]["indexed"] < 100 and seen["counts"]["pending"] <= 1
+    assert full["report"]["complete"] is False and full["report"]["removed"] == 0
+    done = sync["sync"]
+    assert done["rc"] == 0 and done["report"]["complete"] and done["report"]["error"] is None, done
+    assert (done["report"]["added"], done["report"]["unchanged"]) == (100 - seen["counts"]["indexed"],
+                                                                      seen["counts"]["indexed"])
+    assert_intact(sync["examine"], indexed=100)
+    again = sync["again"]["report"]
+    assert (again["fetched"], again["added"], again["changed"], again["removed"]) == (0, 0, 0, 0), again
+    shown = sync["show"]["report"]
+    assert shown["failures"] == 0 and shown["last_error"] is None and shown["documents"] == 100
+    print(f"a folder source's sync onto a 2 MB disk: stopped after {seen['counts']['indexed']} of 100 documents "
+          f"({one_error_line(full['stderr'], 'full')}); with room the next sync added {done['report']['added']}")

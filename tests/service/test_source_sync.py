@@ -48,11 +48,11 @@ class Origins:
     web_root: Path
 
 
-@pytest.fixture(scope="module")
-def origins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Origins]:
-    base = tmp_path_factory.mktemp("origins")
+@pytest.fixture()
+def origins(tmp_path: Path) -> Iterator[Origins]:
+    base = tmp_path / "origins"
     folder = base / "share"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for name in ("Kenya", "Warsaw", "Oxygen"):
         shutil.copy(XQUAD / f"{name}.txt", folder / f"{name}.txt")
     repo = base / "git" / "handbook"
@@ -105,10 +105,13 @@ def _ask(c: httpx.Client, question: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-def test_three_sources_sync_changes_and_deletions(origins: Origins, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_three_sources_sync_changes_and_deletions(origins: Origins, tmp_path: Path, backend: str,
+                                                  request: pytest.FixtureRequest) -> None:
     o = origins
-    with live_server(tmp_path / "home", ServiceConfig(keys_required=False), source_roots=[o.folder.parent]) as live, \
-            live.client() as c:
+    store = {"store_url": request.getfixturevalue("pg_url")} if backend == "postgres" else {}
+    with live_server(tmp_path / "home", ServiceConfig(keys_required=False), source_roots=[o.folder.parent],
+                     **store) as live, live.client() as c:
         # An upload by hand first: no source's sync may touch it.
         hand = c.post("/v1/collections/default/documents",
                       files=[("files", ("Apollo.txt", (XQUAD / "Apollo_program.txt").read_bytes()))])

@@ -135,11 +135,14 @@ def _holder() -> str:
 
 
 def _gone(holder: str) -> bool:
-    """Whether `holder` is a process of this host that no longer runs (its lease need not be waited out)."""
+    """Whether `holder` is a process (or a thread of this one) of this host that no longer runs: its lease need not
+    be waited out."""
     host, _, rest = holder.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+    pid, _, thread = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
         return False
+    if int(pid) == os.getpid():
+        return thread not in {str(t.ident) for t in threading.enumerate()}
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -188,7 +191,8 @@ def sync(collection: Collection, name: str) -> SyncReport:
         report.error = str(exc)
     finally:
         _settle(collection, info, report, started)
-        collection.store.lease_source(name, holder, 0)
+        with suppress(CiteragError):  # the store is down or full: the lease lapses (a dead holder's is taken over)
+            collection.store.lease_source(name, holder, 0)
     return report
 
 
