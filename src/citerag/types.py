@@ -145,6 +145,9 @@ class Citation:
     # Mean Tesseract word confidence (0-100) of the least confident OCR'd page the quote touches.
     ocr_confidence: float | None = None
     section: str = ""  # the section title the quoted chunk sits in ("" before a document's first heading)
+    # Where a source's document lives (citerag.app.sources): a web page's live URL, a Git file's forge page at the
+    # commit read (its source's link template); "" for every other document.
+    live_url: str = ""
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -155,6 +158,8 @@ class Citation:
         }
         if self.ocr_confidence is not None:
             data["ocr_confidence"] = round(self.ocr_confidence, 1)
+        if self.live_url:
+            data["live_url"] = self.live_url
         return data
 
 

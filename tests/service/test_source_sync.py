@@ -119,7 +119,8 @@ def test_three_sources_sync_changes_and_deletions(origins: Origins, tmp_path: Pa
         hand_id = hand.json()["documents"][0]["id"]
         wait_settled(c, "default", [hand_id])
         for body in ({"name": "share", "kind": "folder", "location": str(o.folder)},
-                     {"name": "handbook", "kind": "git", "location": o.repo.url, "globs": ["docs/**/*.md"]},
+                     {"name": "handbook", "kind": "git", "location": o.repo.url, "globs": ["docs/**/*.md"],
+                      "link": "https://forge.example/handbook/blob/{commit}/{path}"},
                      {"name": "site", "kind": "web", "location": o.site.url("/docs/index.html"), "rate": 50}):
             response = c.post("/v1/collections/default/sources", json=body)
             assert response.status_code == 201, response.text
@@ -184,6 +185,10 @@ def test_three_sources_sync_changes_and_deletions(origins: Origins, tmp_path: Pa
             answer = _ask(c, question)
             assert not answer["refusal"]["refused"], (question, answer)
             assert any(fact in x["quote"] for x in answer["citations"]), (question, answer["citations"])
+        # A Git file's citation opens its forge page at the commit that holds the new sentence.
+        commit = git(o.repo.repo, "rev-parse", "HEAD")
+        geology = [x for x in _ask(c, FACTS["git"][1])["citations"] if FACTS["git"][0] in x["quote"]]
+        assert geology and geology[0]["live_href"] == f"https://forge.example/handbook/blob/{commit}/docs/Geology.md"
         relay_answer = _ask(c, FACTS["web"][1])
         live_hrefs = [x.get("live_href", "") for x in relay_answer["citations"]]
         assert any(h.startswith(o.site.url("/docs/relay.html") + "#:~:text=") for h in live_hrefs), live_hrefs

@@ -79,7 +79,9 @@ def test_a_repository_and_a_website_synced_at_the_terminal(
     assert code == 0 and [line.split()[:2] for line in out.splitlines()] == [["handbook", "git"], ["manual", "web"]]
     code, out, _ = run(["ask", "What is the name of the first packet switched network?", "--json", *ix],
                        capsys, monkeypatch)
-    assert code == 0 and json.loads(out)["citations"][0]["source_path"] == "source:handbook:docs/packets.md"
+    cited = json.loads(out)["citations"][0]
+    assert code == 0 and cited["source_path"] == "source:handbook:docs/packets.md"
+    assert cited["live_url"] == f"https://forge.example/handbook/blob/{head}/docs/packets.md"  # the --link template
     code, out, _ = run(["status", *ix], capsys, monkeypatch)
     assert "source:manual:" + site.url("/manual/apa.en.html") in out
     code, out, _ = run(["sources", "remove", "manual", *ix], capsys, monkeypatch)

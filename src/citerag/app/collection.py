@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from citerag.app import links
 from citerag.app.models import (
     Accepted,
     AskOptions,
@@ -184,8 +185,7 @@ class Collection:
 
     def accept(self, source: Source) -> Accepted:
         """Take in an upload without indexing it yet: the document that already holds these bytes, or a new
-        `pending` one (index it with index_document). A different file under the same key is the caller's
-        business (replace it explicitly)."""
+        `pending` one (index it with index_document); a different file under the same key is the caller's."""
         sha = hashlib.sha256(source.data).hexdigest()
         with self._accept_lock:  # two uploads of one new name at once: the second finds the first's document
             doc = self.store.document_by_path(source.uri)
@@ -245,13 +245,13 @@ class Collection:
         return list(snapshot.chunks), dict(snapshot.documents)
 
     def persist_indexes(self) -> None:
-        """After every write: the search indexes made durable for the next process (embedded store: saved beside
-        it; a server store wrote them in the write's own transaction). Never raises: nothing is lost."""
+        """After every write: the search indexes made durable for the next process (saved beside a sqlite store;
+        a server store wrote them in the write's own transaction). Never raises: nothing is lost."""
         self.search_backend.persist(self.store)
 
     # Reading through the question path (citerag.app.query)
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
-        return Query.search(self, query, options)
+        return links.result(self.store, Query.search(self, query, options))
 
     def ask(self, question: str, options: AskOptions | None = None, followup: Followup | None = None) -> Answer:
         answer: Answer | None = None
@@ -263,8 +263,8 @@ class Collection:
 
     def ask_events(self, question: str, options: AskOptions | None = None,
                    followup: Followup | None = None) -> Iterator[tuple[str, Any]]:
-        """See citerag.app.query.Query.ask_events."""
-        return Query.ask_events(self, question, options, followup)
+        """See citerag.app.query.Query.ask_events; a source's document cited with where it lives (app/links.py)."""
+        return links.events(self.store, Query.ask_events(self, question, options, followup))
 
     def trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None) -> Sink | None:
         """Where this collection's finished operations go: its trace store (None when it keeps none), with the

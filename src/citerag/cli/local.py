@@ -159,7 +159,8 @@ def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode
         click.echo("\nSources:")
         for c in result.citations:
             click.echo(f"[{c.index}] {c.document_name} > {c.locator_label}  "
-                       f"{c.source_path}{c.fragment}  (distance {c.cosine_distance:.3f})")
+                       f"{c.source_path}{c.fragment}  (distance {c.cosine_distance:.3f})"
+                       + (f"\n    {c.live_url}" if c.live_url else ""))
     if result.check is not None:
         check = result.check
         if check.invalid:

@@ -41,12 +41,14 @@ def citation_json(collection: str, c: Citation) -> dict[str, Any]:
     else:
         href = text_href
     data = {**c.as_json(), "locator": locator, "href": href, "text_href": text_href}
-    live = live_url(c.source_path)
-    if live:  # a web source's page: the live URL at the quote, besides the stored copy
-        data["live_href"] = live + (f"#page={locator['page']}" if locator["type"] == "page" else
-                                    text_directive(c.quote) if c.document_name.lower().endswith(HTML_SUFFIXES)
-                                    else "")
+    if live_url(c.source_path):  # a web source's page: the live URL at the quote, besides the stored copy
+        data["live_href"] = (c.live_url or live_url(c.source_path)) + (
+            f"#page={locator['page']}" if locator["type"] == "page" else
+            text_directive(c.quote) if c.document_name.lower().endswith(HTML_SUFFIXES) else "")
+    elif c.live_url:  # a Git file's page on its forge, at the commit read
+        data["live_href"] = c.live_url
     data.pop("source_path")  # a server path or an upload key: the href is how a client reaches the source
+    data.pop("live_url", None)  # given as live_href, with the quote's fragment
     return data
 
 
