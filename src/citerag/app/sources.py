@@ -262,6 +262,7 @@ def _settle(collection: Collection, info: SourceInfo, report: SyncReport, starte
     status["last"] = {k: getattr(report, k) for k in COUNTS}
     status["complete"] = report.complete
     status["documents"] = len(collection.store.source_items(info.name))
+    status["by"] = _holder()  # which process (and thread) ran it: host:pid:thread
     if report.error is None:
         status.update(last_success=started, last_error=None, failures=0, next_run=next_run(info, started))
     else:
@@ -288,4 +289,4 @@ def view(info: SourceInfo) -> dict[str, Any]:
             "last_attempt": _iso(s.get("last_attempt")), "last_success": _iso(s.get("last_success")),
             "next_run": _iso(s.get("next_run")), "last_error": s.get("last_error"),
             "failures": s.get("failures", 0), "last": s.get("last", {}), "complete": s.get("complete"),
-            "documents": s.get("documents", 0), "commit": s.get("commit")}
+            "documents": s.get("documents", 0), "commit": s.get("commit"), "by": s.get("by")}

@@ -1,4 +1,4 @@
-"""`citerag worker`: run ingestion jobs of the procrastinate queue (see citerag.workers)."""
+"""`citerag worker`: run the procrastinate queue's jobs, uploads to index and sources to sync (see citerag.workers)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class _Lines(logging.Handler):
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address the metrics listen on (another machine's Prometheus needs this machine's address).")
 def worker_command(index: str | None, concurrency: int, metrics_port: int | None, metrics_host: str) -> None:
-    """Index uploaded documents from the procrastinate queue (queue = "procrastinate", a postgresql:// store).
+    """Index uploads and sync sources from the procrastinate queue (queue = "procrastinate", a postgresql:// store).
 
     Run any number, on any machines; SIGINT or SIGTERM stops one after its running documents."""
     from citerag.workers import check

@@ -52,3 +52,7 @@ class IngestQueue(Protocol):
 
     def last_submitted(self, collection: str, document_id: int) -> Job | None:
         """The job last submitted for the document (a retry of a failed replacement finds its bytes there)."""
+
+    def submit_sync(self, collection: str, source: str) -> bool:
+        """Queue a sync of the source for any worker: True when queued (or one already waits), False where this
+        queue runs no syncs (the caller syncs it itself, citerag.app.syncer)."""

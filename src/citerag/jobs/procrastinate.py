@@ -14,6 +14,7 @@ wait for it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +40,16 @@ SCHEMA_LOCK = 0x63697465726171  # "citeraq"
 
 def lock_for(collection: str, document_id: int) -> str:
     return f"{LOCK_PREFIX}:{collection}:{document_id}"
+
+
+# A source's sync (citerag.app.sources) is a job of its own queue, so the ingest queue's recovery and depth never
+# see it: at most one waits per source (queueing lock) and one runs (lock), on whichever worker takes it.
+SYNC_TASK = "citerag.sync_source"
+SYNC_QUEUE = "citerag-sources"
+
+
+def sync_lock(collection: str, source: str) -> str:
+    return f"citerag-source:{collection}:{source}"
 
 
 def collection_prefix(collection: str) -> str:
@@ -115,6 +126,23 @@ def register_task(app: procrastinate.App, run: Callable[[Job, int], Any], attemp
     @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=retry)
     def index_document(context: JobContext, collection: str, document_id: int, sha256: str, name: str) -> Any:
         return run(Job(collection, document_id, name, sha256), context.job.attempts + 1)
+
+
+def defer_sync(app: procrastinate.App, collection: str, source: str) -> None:
+    """Queue a sync of the source, unless one already waits."""
+    lock = sync_lock(collection, source)
+    task = app.configure_task(SYNC_TASK, allow_unknown=True, queue=SYNC_QUEUE, lock=lock, queueing_lock=lock)
+    with contextlib.suppress(pexc.AlreadyEnqueued):  # one waits already: it syncs what is there when it runs
+        task.defer(collection=collection, source=source)
+
+
+def register_sync_task(app: procrastinate.App, run: Callable[[str, str], Any]) -> None:
+    """Register the sync task on a worker's App: `run(collection, source)`; a failing origin is the sync's own
+    status and backoff (never retried here)."""
+
+    @app.task(name=SYNC_TASK, queue=SYNC_QUEUE)
+    def sync_source(collection: str, source: str) -> Any:
+        return run(collection, source)
 
 
 def job_of(job: pjobs.Job) -> Job:
@@ -220,3 +248,8 @@ class ProcrastinateQueue:
         with reaching(self.url, "read"):
             found = document_jobs(self.app, collection, document_id)
         return job_of(found[-1]) if found else None
+
+    def submit_sync(self, collection: str, source: str) -> bool:
+        with reaching(self.url, "write to"):
+            defer_sync(self.app, collection, source)
+        return True

@@ -144,6 +144,9 @@ class ThreadQueue:
         with self._lock:
             return self._submitted.get((collection, document_id))
 
+    def submit_sync(self, collection: str, source: str) -> bool:
+        return False  # the API process's own scheduler thread runs its syncs (citerag.app.syncer)
+
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
             key = (job.collection, job.document_id)

@@ -60,7 +60,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         core = Citerag.open_home(settings)
         jobs = open_queue(settings, partial(index_upload, core))  # the thread queue's jobs run in this process
-        svc = Service(core, open_key_store(settings), jobs, config, limiter, Syncer(core))
+        svc = Service(core, open_key_store(settings), jobs, config, limiter, Syncer(core, jobs))
         api.state.service = svc
         api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()

@@ -21,7 +21,14 @@ from typing import Any
 from citerag.app.home import Citerag
 from citerag.app.syncer import Syncer
 from citerag.errors import CiteragError
-from citerag.jobs.procrastinate import QUEUE, ensure_schema_async, reaching, worker_app
+from citerag.jobs.procrastinate import (
+    QUEUE,
+    SYNC_QUEUE,
+    ProcrastinateQueue,
+    ensure_schema_async,
+    reaching,
+    worker_app,
+)
 from citerag.settings import Settings
 from citerag.workers import check
 from citerag.workers.recovery import recover_forever
@@ -71,19 +78,23 @@ async def _serve(settings: Settings, concurrency: int, name: str, metrics: tuple
         try:
             await ensure_schema_async(app, settings.store_url)
             recovery = asyncio.create_task(recover_forever(app, runtime), name="citerag-recovery")
-            syncer = Syncer(core)  # sources due are synced by whichever process takes their lease first
+            # Sources due are deferred as sync jobs, which this worker or another runs (one per source at a time).
+            deferrer = ProcrastinateQueue(settings)
+            await asyncio.to_thread(deferrer.start)
+            syncer = Syncer(core, deferrer)
             syncer.start()
             log.info("worker %s: running jobs of %s (concurrency %d, lease %gs, %d attempts)", name,
                      settings.safe_url, concurrency, runtime.lease_s, runtime.attempts)
             try:
                 with reaching(settings.store_url, "run"):
                     await _until_signal(app.run_worker_async(
-                        queues=[QUEUE], name=name, concurrency=concurrency, wait=True,
+                        queues=[QUEUE, SYNC_QUEUE], name=name, concurrency=concurrency, wait=True,
                         # The lease: heartbeats every third of it, so one late beat is not a death.
                         update_heartbeat_interval=runtime.lease_s / 3, stalled_worker_timeout=runtime.lease_s,
                         fetch_job_polling_interval=POLL_S, install_signal_handlers=False))
             finally:
                 await asyncio.to_thread(syncer.stop)
+                await asyncio.to_thread(deferrer.stop)
                 recovery.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await recovery

@@ -16,11 +16,12 @@ import time
 
 import procrastinate
 
+from citerag.app import sources
 from citerag.app.home import Citerag
 from citerag.app.uploads import index_upload, mark_failed
 from citerag.errors import CiteragError, StoreUnavailable
 from citerag.jobs import Job, OnFinished
-from citerag.jobs.procrastinate import register_task
+from citerag.jobs.procrastinate import register_sync_task, register_task
 from citerag.settings import Settings
 
 log = logging.getLogger("citerag.workers")
@@ -73,6 +74,23 @@ class Runtime:
             log.error("document %s of %s: could not store its failure: %s", job.document_id, job.collection, exc)
 
 
+    def sync(self, collection: str, source: str) -> str:
+        """Sync a source (citerag.app.sources): its report's outcome; a failing origin is the source's own status
+        and backoff, another sync of it running a skip."""
+        try:
+            self.core.refresh(collection)
+            report = sources.sync(self.core.collection(collection), source)
+        except sources.SourceBusy:
+            return "skipped"
+        except CiteragError as exc:  # the collection or the source was removed while the job waited
+            log.warning("source %s of %s: %s", source, collection, exc)
+            return "skipped"
+        log.info("source %s of %s: %d added, %d changed, %d removed, %d failed%s", source, collection, report.added,
+                 report.changed, report.removed, report.failed, f"; {report.error}" if report.error else "")
+        return "failed" if report.error else "synced"
+
+
 def register(app: procrastinate.App, runtime: Runtime) -> None:
-    """Register the task on a worker's App, its retries bounded by the settings."""
+    """Register the tasks on a worker's App: indexing, its retries bounded by the settings; a source's sync."""
     register_task(app, runtime.index, runtime.attempts)
+    register_sync_task(app, runtime.sync)
