@@ -12,29 +12,11 @@ from pathlib import Path
 import pytest
 
 from citerag.cli import main
+from cli_run import assert_one_line_error, run
 from corpus_paths import DATA, DEV_SET, reference_chunks
 
 CITATION_KEYS = {"index", "document_id", "document_name", "source_path", "locator_label", "section", "fragment",
                  "start", "end", "quote", "cosine_distance"}
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["citerag", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(result: tuple[int, str, str], pattern: str) -> None:
-    code, _, err = result
-    assert code != 0
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and pattern in lines[0], err
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,9 @@ import yaml
 from live import LiveServer, live_server, wait_settled
 from prometheus_client.parser import text_string_to_metric_families
 
-from citerag.app import experiments
+from citerag.app import experiments, sources
 from citerag.service.state import ServiceConfig
+from citerag.types import SourceInfo
 from corpus_paths import DEV_CORPUS
 from deploy_files import RULES, dashboard_exprs, metric_names, recorded_names, rule_exprs
 from system_tools import require_prometheus
@@ -135,7 +136,12 @@ def test_without_a_token_the_metrics_are_open(tmp_path: Path) -> None:
         assert "citerag_answers_total" in response.text
 
 
-def test_every_metric_the_dashboard_and_rules_read_is_exported_or_recorded(server: LiveServer) -> None:
+def test_every_metric_the_dashboard_and_rules_read_is_exported_or_recorded(server: LiveServer, tmp_path: Path) -> None:
+    # A source synced once (an empty folder, every 6 hours): its series are what the stalled-source alert reads.
+    collection = server.app.state.service.app.collection()
+    if not any(s.name == "metrics-probe" for s in collection.store.sources()):
+        sources.add(collection, SourceInfo("metrics-probe", "folder", str(tmp_path), interval_s=21600))
+        assert sources.sync(collection, "metrics-probe").complete
     with server.client() as c:
         ask(c)  # so that every labelled series has appeared, whichever test ran first
         # An experiment's series appear once it has answered (its arms' rows on the dashboard).

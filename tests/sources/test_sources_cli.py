@@ -6,35 +6,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from citerag.cli import main
+from cli_run import assert_one_line_error, run
 from corpus_paths import DEV_CORPUS, ROOT
 from upstreams import Site, commit_all, git, page
 
 XQUAD = ROOT / "eval" / "xquad-en" / "corpus"
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["citerag", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(result: tuple[int, str, str], pattern: str) -> None:
-    code, _, err = result
-    assert code != 0 and "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and pattern in lines[0], err
 
 
 @pytest.fixture()
@@ -93,29 +74,26 @@ def test_a_repository_and_a_website_synced_at_the_terminal(
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                monkeypatch: pytest.MonkeyPatch) -> None:
     ix = ["--index", str(tmp_path / "ix")]
-    one_line(run(["sources", "add", "x", *ix], capsys, monkeypatch),
-             "give one of --folder PATH, --git URL or --web URL")
-    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), "--web", "http://a/", *ix], capsys, monkeypatch),
-             "give one of")
-    one_line(run(["sources", "add", "Bad Name", "--folder", str(tmp_path), *ix], capsys, monkeypatch),
-             "source name 'Bad Name'")
-    one_line(run(["sources", "add", "x", "--folder", "relative/path", *ix], capsys, monkeypatch), "absolute path")
-    one_line(run(["sources", "add", "x", "--web", "ftp://example.org/", *ix], capsys, monkeypatch), "http:// or https://")
-    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), "--every", "soon", *ix], capsys, monkeypatch),
-             "--every 'soon'")
-    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), "--cron", "every day", *ix], capsys, monkeypatch),
-             "is not a cron expression")
-    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), "--sitemap", "http://a/s.xml", *ix], capsys,
-                 monkeypatch), "a folder source takes no option 'sitemap'")
-    assert run(["sources", "add", "x", "--folder", str(tmp_path), "--cron", "0 3 * * *", *ix], capsys,
-               monkeypatch)[0] == 0
-    one_line(run(["sources", "add", "x", "--folder", str(tmp_path), *ix], capsys, monkeypatch), "exists")
-    one_line(run(["sources", "sync", "nope", *ix], capsys, monkeypatch), "no source 'nope'")
-    one_line(run(["sources", "show", "nope", *ix], capsys, monkeypatch), "no source 'nope'")
-    one_line(run(["sources", "remove", "nope", *ix], capsys, monkeypatch), "no source 'nope'")
+
+    def refused(pattern: str, *args: str) -> None:
+        assert_one_line_error(run(["sources", *args, *ix], capsys, monkeypatch), pattern)
+
+    folder = str(tmp_path)
+    refused("give one of --folder PATH, --git URL or --web URL", "add", "x")
+    refused("give one of", "add", "x", "--folder", folder, "--web", "http://a/")
+    refused("source name 'Bad Name'", "add", "Bad Name", "--folder", folder)
+    refused("absolute path", "add", "x", "--folder", "relative/path")
+    refused("http:// or https://", "add", "x", "--web", "ftp://example.org/")
+    refused("--every 'soon'", "add", "x", "--folder", folder, "--every", "soon")
+    refused("is not a cron expression", "add", "x", "--folder", folder, "--cron", "every day")
+    refused("a folder source takes no option 'sitemap'", "add", "x", "--folder", folder, "--sitemap", "http://a/s")
+    assert run(["sources", "add", "x", "--folder", folder, "--cron", "0 3 * * *", *ix], capsys, monkeypatch)[0] == 0
+    refused("exists", "add", "x", "--folder", folder)
+    for command in ("sync", "show", "remove"):
+        refused("no source 'nope'", command, "nope")
     gone = tmp_path / "gone"
     assert run(["sources", "add", "gone", "--folder", str(gone), *ix], capsys, monkeypatch)[0] == 0
-    one_line(run(["sources", "sync", "gone", *ix], capsys, monkeypatch), "is not there")
+    refused("is not there", "sync", "gone")
     code, out, _ = run(["sources", "show", "gone", "--json", *ix], capsys, monkeypatch)
     shown = json.loads(out)
     assert shown["failures"] == 1 and "is not there" in shown["last_error"] and shown["next_run"]  # backed off

@@ -205,7 +205,7 @@ def test_a_newer_index_asks_for_a_newer_citerag(tmp_path: Path) -> None:
         SqliteStore(ix)
     assert str(info.value) == (f"the index at {ix} has schema version 9, this citerag knows up to 8: "
                                "upgrade citerag")
-    assert _meta(ix / "index.sqlite3")["schema_version"] == "8"
+    assert _meta(ix / "index.sqlite3")["schema_version"] == "9"
 
 
 def test_an_empty_database_is_a_new_index_only_when_creating(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import psycopg
 
 from citerag.app.home import Citerag, open_queue
@@ -41,6 +42,14 @@ def make_home(folder: Path, pg_url: str, **extra: Any) -> Settings:
     lines = [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in values.items()]
     (folder / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return load_settings(folder)
+
+
+def api_up(client: httpx.Client, path: str) -> bool:
+    """Whether a `citerag serve` answers GET `path` with a 200 yet."""
+    try:
+        return client.get(path).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float, every: float = 0.2) -> T:

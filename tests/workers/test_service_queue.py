@@ -13,20 +13,13 @@ import time
 from pathlib import Path
 
 import httpx
-from queue_harness import Worker, database, make_home, wait_for
+from queue_harness import Worker, api_up, database, make_home, wait_for
 
 from citerag.local_postgres import free_port
 from corpus_paths import DEV_CORPUS
 
 FILES = [DEV_CORPUS / "apa.en.html", DEV_CORPUS / "ch08.en.html"]
 DOCS = "/v1/collections/default/documents"
-
-
-def _up(client: httpx.Client) -> bool:
-    try:
-        return client.get(DOCS).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def _events_until_done(client: httpx.Client, ids: list[int], timeout: float) -> list[dict[str, object]]:
@@ -60,7 +53,7 @@ def test_uploads_are_jobs_that_a_worker_indexes_while_the_api_reports_them(pg_ur
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
     started = time.monotonic()
     try:
-        wait_for("the server", lambda: _up(client) or server.poll() is not None, 120)
+        wait_for("the server", lambda: api_up(client, DOCS) or server.poll() is not None, 120)
         assert server.poll() is None, (tmp_path / "serve.log").read_text()
         response = client.post(DOCS, files=[("files", (p.name, p.read_bytes())) for p in FILES])
         assert response.status_code == 202, response.text

@@ -12,20 +12,13 @@ import time
 from pathlib import Path
 
 import httpx
-from queue_harness import Worker, database, make_home, wait_for
+from queue_harness import Worker, api_up, database, make_home, wait_for
 
 from citerag.local_postgres import free_port
 from corpus_paths import ROOT
 
 XQUAD = ROOT / "eval" / "xquad-en" / "corpus"
 SOURCES = "/v1/collections/default/sources"
-
-
-def _up(client: httpx.Client) -> bool:
-    try:
-        return client.get(SOURCES).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def test_a_servers_syncs_are_jobs_a_worker_runs(pg_url: str, tmp_path: Path) -> None:
@@ -43,7 +36,7 @@ def test_a_servers_syncs_are_jobs_a_worker_runs(pg_url: str, tmp_path: Path) -> 
     worker = Worker(home, tmp_path / "worker.log")
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
     try:
-        wait_for("the server", lambda: _up(client) or server.poll() is not None, 120)
+        wait_for("the server", lambda: api_up(client, SOURCES) or server.poll() is not None, 120)
         assert server.poll() is None, (tmp_path / "serve.log").read_text()
         added = client.post(SOURCES, json={"name": "share", "kind": "folder", "location": str(share)})
         assert added.status_code == 201, added.text

@@ -247,7 +247,7 @@ def _source_gauges(open_now: list[tuple[str, Collection]]) -> Iterator[Metric]:
             log.debug("metrics: sources of %s not read: %s", name, exc)
             continue
         for info in found:
-            values = {**info.status, "interval_s": info.interval_s or 0}
+            values = {"failures": 0, "documents": 0, **info.status, "interval_s": info.interval_s or 0}
             for k, (field, _) in _SOURCE_GAUGES.items():
                 if values.get(field) is not None:
                     families[k].add_metric([name, info.name], float(values[field]))
