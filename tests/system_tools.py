@@ -87,3 +87,16 @@ def require_postgres() -> None:
     if os.environ.get("CITERAG_REQUIRE_POSTGRES", "") not in ("", "0"):
         pytest.fail(f"{SERVER_MISSING} (and CITERAG_REQUIRE_POSTGRES is set)", pytrace=False)
     pytest.skip(SERVER_MISSING)
+
+
+GIT_MISSING = "git not installed: apt-get install git"
+
+
+def require_git() -> None:
+    """Where `git` is missing (a Git source's tests: a real repository, a real `git daemon`): skip, with the
+    reason; under CITERAG_REQUIRE_GIT=1 (CI, which installs it) fail instead."""
+    if shutil.which("git") is not None:
+        return
+    if os.environ.get("CITERAG_REQUIRE_GIT", "") not in ("", "0"):
+        pytest.fail(f"{GIT_MISSING} (and CITERAG_REQUIRE_GIT is set)", pytrace=False)
+    pytest.skip(GIT_MISSING)

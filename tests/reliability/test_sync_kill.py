@@ -28,6 +28,7 @@ from citerag.app.home import Citerag
 from citerag.settings import Settings
 from citerag.types import SourceInfo
 from corpus_paths import ROOT
+from system_tools import require_git
 from upstreams import Site, commit_all, git, page, start_daemon
 
 TRIALS = 10
@@ -113,8 +114,8 @@ class Origin:
 
 @pytest.fixture(params=["folder", "git", "web"])
 def origin(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Origin]:
-    if request.param == "git" and shutil.which("git") is None:
-        pytest.skip("git not installed: apt-get install git")
+    if request.param == "git":
+        require_git()
     made = Origin(request.param, tmp_path / "origin")
     try:
         yield made

@@ -20,9 +20,9 @@ from live import LiveServer, live_server, wait_settled
 
 from citerag.service.state import ServiceConfig
 from corpus_paths import DEV_CORPUS, ROOT
+from system_tools import require_git
 from upstreams import Served, Site, commit_all, git, page, start_daemon
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed: apt-get install git")
 XQUAD = ROOT / "eval" / "xquad-en" / "corpus"
 OXYGEN = "Who produced enough liquid oxygen to study in 1891?"  # answered by Oxygen.txt alone
 FACTS = {  # (source, document) -> a sentence no corpus holds, and the question it answers
@@ -50,6 +50,7 @@ class Origins:
 
 @pytest.fixture()
 def origins(tmp_path: Path) -> Iterator[Origins]:
+    require_git()
     base = tmp_path / "origins"
     folder = base / "share"
     folder.mkdir(parents=True)

@@ -15,9 +15,13 @@ from citerag.sources.git import GitSource
 from citerag.sources.globs import glob_regex
 from corpus_paths import ROOT
 from http_servers import free_port
+from system_tools import require_git
 from upstreams import Served, commit_all, git, start_daemon
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed: apt-get install git")
+
+@pytest.fixture(autouse=True)
+def _git() -> None:
+    require_git()
 
 CORPUS = ROOT / "eval" / "xquad-en" / "corpus"
 TEMPLATE = "https://forge.example/docs/blob/{commit}/{path}"

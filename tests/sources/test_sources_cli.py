@@ -13,6 +13,7 @@ import pytest
 
 from cli_run import assert_one_line_error, run
 from corpus_paths import DEV_CORPUS, ROOT
+from system_tools import require_git
 from upstreams import Site, commit_all, git, page
 
 XQUAD = ROOT / "eval" / "xquad-en" / "corpus"
@@ -30,9 +31,9 @@ def site(tmp_path: Path) -> Iterator[Site]:
     served.server.server_close()
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed: apt-get install git")
 def test_a_repository_and_a_website_synced_at_the_terminal(
         tmp_path: Path, site: Site, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    require_git()
     repo = tmp_path / "repo"
     (repo / "docs").mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
