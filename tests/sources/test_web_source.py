@@ -12,11 +12,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from upstreams import Site, page
 
 from citerag.sources.base import USER_AGENT, Change, Failed, Fetched, Known, Unchanged, Unreachable
 from citerag.sources.web import WebSource
 from corpus_paths import DATA, DEV_CORPUS
+from upstreams import Site, page
 
 BASE_LINKS = ["apa.en.html", "pr01.en.html#_preface", "table.pdf", "old.html", "private/secret.html",
               "../outside.html", "http://example.invalid/elsewhere.html", "mailto:someone@example.org"]
