@@ -44,6 +44,18 @@ def make_home(folder: Path, pg_url: str, **extra: Any) -> Settings:
     return load_settings(folder)
 
 
+def serve(home: Path, log: Path) -> tuple[subprocess.Popen[bytes], httpx.Client]:
+    """A real `citerag serve --no-keys` of the home on a free loopback port, its output in `log`, and a client of
+    it (wait for it with api_up)."""
+    from citerag.local_postgres import free_port
+
+    port = free_port()
+    with open(log, "wb") as out:
+        server = subprocess.Popen([sys.executable, "-m", "citerag.cli", "serve", "--index", str(home), "--no-keys",
+                                   "--port", str(port)], stdout=out, stderr=out, start_new_session=True)
+    return server, httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+
+
 def api_up(client: httpx.Client, path: str) -> bool:
     """Whether a `citerag serve` answers GET `path` with a 200 yet."""
     try:

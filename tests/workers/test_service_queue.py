@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
-from queue_harness import Worker, api_up, database, make_home, wait_for
+from queue_harness import Worker, api_up, database, make_home, serve, wait_for
 
-from citerag.local_postgres import free_port
 from corpus_paths import DEV_CORPUS
 
 FILES = [DEV_CORPUS / "apa.en.html", DEV_CORPUS / "ch08.en.html"]
@@ -44,13 +41,8 @@ def _events_until_done(client: httpx.Client, ids: list[int], timeout: float) -> 
 def test_uploads_are_jobs_that_a_worker_indexes_while_the_api_reports_them(pg_url: str, tmp_path: Path) -> None:
     home = tmp_path / "home"
     make_home(home, pg_url)
-    port = free_port()
-    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115
-    server = subprocess.Popen([sys.executable, "-m", "citerag.cli", "serve", "--index", str(home), "--no-keys",
-                               "--port", str(port)], stdout=log, stderr=log, start_new_session=True)
-    log.close()
+    server, client = serve(home, tmp_path / "serve.log")
     worker = Worker(home, tmp_path / "worker.log")
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
     started = time.monotonic()
     try:
         wait_for("the server", lambda: api_up(client, DOCS) or server.poll() is not None, 120)

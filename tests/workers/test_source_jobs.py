@@ -6,15 +6,11 @@ defers a source's sync (asked over the API, or due on its interval) into Postgre
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
-from queue_harness import Worker, api_up, database, make_home, wait_for
+from queue_harness import Worker, api_up, database, make_home, serve, wait_for
 
-from citerag.local_postgres import free_port
 from corpus_paths import ROOT
 
 XQUAD = ROOT / "eval" / "xquad-en" / "corpus"
@@ -28,13 +24,8 @@ def test_a_servers_syncs_are_jobs_a_worker_runs(pg_url: str, tmp_path: Path) -> 
         shutil.copy(XQUAD / f"{name}.txt", share / f"{name}.txt")
     home = tmp_path / "home"
     make_home(home, pg_url, source_roots=[str(tmp_path)])
-    port = free_port()
-    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115
-    server = subprocess.Popen([sys.executable, "-m", "citerag.cli", "serve", "--index", str(home), "--no-keys",
-                               "--port", str(port)], stdout=log, stderr=log, start_new_session=True)
-    log.close()
+    server, client = serve(home, tmp_path / "serve.log")
     worker = Worker(home, tmp_path / "worker.log")
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
     try:
         wait_for("the server", lambda: api_up(client, SOURCES) or server.poll() is not None, 120)
         assert server.poll() is None, (tmp_path / "serve.log").read_text()
