@@ -104,8 +104,8 @@ def test_a_folder_changed_while_a_sync_reads_it(tmp_path: Path) -> None:
         index = collection.index_document
         calls: list[Any] = []
 
-        def index_and_change(source: Any) -> Any:
-            outcome = index(source)
+        def index_and_change(source: Any, **options: Any) -> Any:
+            outcome = index(source, **options)
             calls.append(source.uri)
             if len(calls) == 2:  # mid-pass: one file already read is changed, one not yet read goes, one arrives
                 (share / "d0.txt").write_text(PARAGRAPHS[0] + " Changed during the sync.")

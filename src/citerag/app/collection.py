@@ -90,18 +90,19 @@ class Collection:
         finally:
             self.persist_indexes()
         if report.indexed or report.removed:  # a run that changed documents recalibrates the refusal rule
-            self._recalibrate(always=True)
+            self.recalibrate(always=True)
         return report
 
-    def index_document(self, source: Source) -> Outcome:
+    def index_document(self, source: Source, refit: bool = True) -> Outcome:
         try:
             with sink(self.trace_sink(None)):
                 outcome = self.indexer.index_document(source)
         finally:
             self.persist_indexes()
-        # An upload recalibrates only when there is no rule yet or the document count moved by > 10 %: a fit
-        # embeds ~400 questions, too much to repeat after every upload of a large collection.
-        self._recalibrate(always=False)
+        # An upload refits only when upload_needs_refit says (a fit embeds ~400 questions); a batch (a source's
+        # sync) passes refit=False and fits once after it, as ingest does.
+        if refit:
+            self.recalibrate(always=False)
         return outcome
 
     # The refusal rule
@@ -126,7 +127,7 @@ class Collection:
         self.last_calibration = rule
         return rule
 
-    def _recalibrate(self, always: bool) -> None:
+    def recalibrate(self, always: bool) -> None:
         """After a write: fit the rule again (always, or when citerag.refusal.calibrate.upload_needs_refit says). A
         collection too small to calibrate, or a failure, keeps the rule it had; the write itself stands."""
         from citerag.refusal.calibrate import TooSmall, upload_needs_refit
@@ -177,8 +178,7 @@ class Collection:
             self.originals.remove_unreferenced(sha256)
 
     def fail_document(self, document_id: int, sha256: str, name: str, reason: str) -> Outcome:
-        """A document whose indexing failed outside index_document (a crashed worker, an outage) ends `failed`
-        with the reason; an indexed one keeps serving its version, with the reason beside it."""
+        """Failed outside index_document (a crashed worker, an outage): `failed`, or an indexed one's reason."""
         outcome = self.indexer.fail_document(document_id, name, sha256, reason)
         self.persist_indexes()
         return outcome

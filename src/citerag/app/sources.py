@@ -124,6 +124,8 @@ def remove(collection: Collection, name: str) -> int:
         for item in items:
             _drop(collection, name, item)
         collection.store.remove_source(name)
+        if items:
+            collection.recalibrate(always=True)
     finally:
         collection.store.lease_source(name, holder, 0)
     shutil.rmtree(workdir(collection, name), ignore_errors=True)
@@ -190,6 +192,8 @@ def sync(collection: Collection, name: str) -> SyncReport:
     except CiteragError as exc:  # the store or an index failed half way: what was committed stays committed
         report.error = str(exc)
     finally:
+        if report.added or report.changed or report.removed:  # the refusal rule refitted once, as after an ingest
+            collection.recalibrate(always=True)
         _settle(collection, info, report, started)
         with suppress(CiteragError):  # the store is down or full: the lease lapses (a dead holder's is taken over)
             collection.store.lease_source(name, holder, 0)
@@ -232,6 +236,7 @@ def _pass(collection: Collection, info: SourceInfo, holder: str, report: SyncRep
         for key in sorted(set(records) - seen):
             _drop(collection, name, records[key])
             report.removed += 1
+
     commit = getattr(upstream, "commit", None)  # a Git source's: what its documents were read at
     if commit:
         info.status["commit"] = commit
@@ -241,7 +246,8 @@ def _index(collection: Collection, name: str, change: Fetched, old: SourceItem |
     sha = collection.save_original(change.data)  # before the document names it: a citation always finds it
     before = collection.document(old.document_id) if old else None
     with collection.write_lock:
-        outcome = collection.index_document(Source(uri(name, change.key), change.data, name=change.name))
+        outcome = collection.index_document(Source(uri(name, change.key), change.data, name=change.name),
+                                            refit=False)
     collection.store.set_source_item(name, change.key, SourceItem(change.key, change.token, outcome.document_id,
                                                                   change.link, change.origin))
     if outcome.status == "failed":
