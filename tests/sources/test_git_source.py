@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from citerag.globs import glob_regex
 from citerag.sources.base import Change, Failed, Fetched, Known, Unchanged, Unreachable
 from citerag.sources.git import GitSource
-from citerag.sources.globs import glob_regex
 from corpus_paths import ROOT
 from http_servers import free_port
 from system_tools import require_git

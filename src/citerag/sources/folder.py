@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from citerag.extract import supported_suffixes
+from citerag.globs import matches
 from citerag.sources.base import Change, Failed, Fetched, Known, Unchanged, Unreachable
-from citerag.sources.globs import matches
 
 
 class FolderSource:

@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from citerag.errors import CiteragError
+from citerag.globs import glob_regex
 from citerag.sources.base import Change, Failed, Fetched, Known, Unchanged, Unreachable
-from citerag.sources.globs import glob_regex
 
 DEFAULT_GLOBS = ("**/*.md", "**/*.markdown", "**/*.rst", "**/*.txt", "**/*.html", "**/*.htm")
 MAX_BYTES = 20_000_000
