@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from citerag.index.base import Allowed
 from citerag.search.bm25 import BM25
 from citerag.store.base import ChunkBatch
 from corpus_paths import FIXTURES
@@ -66,8 +67,12 @@ class Corpus:
             del self.vectors[cid]
             del self.texts[cid]
 
-    def exact(self, q: np.ndarray, k: int) -> tuple[list[int], np.ndarray]:
-        ids = np.array(sorted(self.vectors), dtype=np.int64)
+    def exact(self, q: np.ndarray, k: int, documents: set[int] | None = None) -> tuple[list[int], np.ndarray]:
+        """The true top k (of these documents' chunks only, when given)."""
+        ids = np.array(sorted(i for d, chunks in self.ids.items() if documents is None or d in documents
+                              for i in chunks), dtype=np.int64)
+        if not len(ids):
+            return [], np.zeros(0)
         sims = np.stack([self.vectors[i] for i in ids]) @ q
         order = np.lexsort((ids, -sims))[:k]
         return ids[order].tolist(), sims[order]
@@ -88,11 +93,38 @@ class Durable:
         return self.index_type.load(directory, state)
 
 
+def allowed(corpus: Corpus, documents: set[int]) -> Allowed:
+    """A filter's resolution, as citerag.search.filters makes it: the documents and the chunks they hold."""
+    return Allowed.of(documents, sum(len(corpus.ids.get(d, [])) for d in documents))
+
+
 class VectorIndexContract(Durable):
     index_type: Any = None  # the class: index_type(dim) is empty, index_type.load(directory, state) reopens
 
     def make(self) -> Any:
         return self.index_type(DIM)
+
+    def test_a_filtered_search_is_the_exact_top_k_of_the_allowed_documents(self, tmp_path: Path) -> None:
+        """Filters apply inside the search: the k best allowed chunks, never fewer because the unfiltered
+        neighbours were of other documents; before and after the state is made durable (a graph built)."""
+        corpus, index = Corpus(), self.make()
+        for doc in range(1, 9):
+            index.add(corpus.document(doc, unit(60, doc)))
+        index.remove_documents([8])
+        corpus.remove(8)
+        queries = unit(12, 77)
+        cases = [{3}, {2, 5}, {1, 2, 3, 4, 6}, {8}, {5, 404}, set()]
+        for _ in range(2):
+            for documents in cases:
+                for q in queries:
+                    ids, sims = index.search(q, 10, allowed(corpus, documents))
+                    truth, truth_sims = corpus.exact(q, 10, documents)
+                    assert ids.tolist() == truth, documents
+                    np.testing.assert_allclose(sims, truth_sims, atol=1e-6)
+            # Fewer allowed chunks than asked: every one of them, best first.
+            ids, _ = index.search(queries[0], 100, allowed(corpus, {3}))
+            assert ids.tolist() == corpus.exact(queries[0], 100, {3})[0] and len(ids) == 60
+            index = self.reopen(tmp_path, self.persist(index, tmp_path))
 
     def test_search_is_by_chunk_id_with_exact_cosine(self) -> None:
         corpus, index = Corpus(), self.make()
@@ -256,6 +288,26 @@ class LexicalIndexContract(Durable):
             index.remove_documents([doc])
         self.persist(index, tmp_path)
         assert [reader.search(q, 20)[0].tolist() for q in BM25_FIXTURE["queries"][:20]] == before
+
+    def test_a_filtered_search_ranks_the_allowed_chunks_by_the_collections_scores(self, tmp_path: Path) -> None:
+        """Scores stay the whole collection's (N, df, mean length over every live chunk), so a filtered search
+        returns exactly the unfiltered ranking's allowed chunks, however deep they sit in it."""
+        docs = BM25_FIXTURE["docs"]
+        corpus, index = Corpus(), self.make()
+        for doc in range(6):
+            index.add(corpus.document(doc, unit(30, doc), docs[doc * 30:(doc + 1) * 30]))
+        index.remove_documents([5])
+        corpus.remove(5)
+        for _ in range(2):
+            for documents in ({1}, {0, 4}, {0, 1, 2, 3}, {5}, set()):
+                chunks = {i for d in documents for i in corpus.ids.get(d, [])}
+                for query in BM25_FIXTURE["queries"][:25]:
+                    ids, scores = index.search(query, 10, allowed(corpus, documents))
+                    all_ids, all_scores = index.search(query, len(corpus.texts))
+                    keep = [j for j, i in enumerate(all_ids.tolist()) if i in chunks][:10]
+                    assert ids.tolist() == all_ids[keep].tolist(), (query, documents)
+                    np.testing.assert_allclose(scores, all_scores[keep], rtol=0, atol=1e-9)
+            index = self.reopen(tmp_path, self.persist(index, tmp_path))
 
     def test_nothing_matches_nothing(self) -> None:
         index = self.make()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from index_contract import Corpus, LexicalIndexContract, VectorIndexContract, unit
 
+from citerag.index import hnsw
 from citerag.index.bm25 import Bm25Index
 from citerag.index.exact import ExactIndex
 from citerag.index.hnsw import HnswIndex, search_expansion
@@ -21,6 +23,14 @@ class TestHnswIndex(VectorIndexContract):
 
     def make(self) -> HnswIndex:
         return HnswIndex(ExactIndex(32))
+
+
+class TestHnswIndexWalkingTheGraphFiltered(TestHnswIndex):
+    """A filtered search over more than EXACT_FILTERED_ROWS chunks walks the graph: forced here at any size."""
+
+    @pytest.fixture(autouse=True)
+    def _walk(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(hnsw, "EXACT_FILTERED_ROWS", 0)
 
 
 class TestBm25Index(LexicalIndexContract):

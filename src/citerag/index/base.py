@@ -27,6 +27,28 @@ def idf_mass(n: int, df: Mapping[str, int], terms: Sequence[str]) -> float:
     return sum(math.log(1 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms)
 
 
+@dataclass(frozen=True)
+class Allowed:
+    """The documents a filtered search may return: the caller's filters resolved against one store view
+    (citerag.search.filters). Each index applies it while it ranks, so a filtered top-k is the best k of these
+    documents' chunks, never fewer because hits were dropped after an unfiltered search."""
+
+    documents: np.ndarray  # sorted, unique document ids
+    chunks: int  # the chunks they hold: an approximate index scans them exactly below a threshold
+
+    @classmethod
+    def of(cls, documents: Iterable[int], chunks: int) -> Allowed:
+        return cls(np.unique(np.fromiter(documents, dtype=np.int64)), int(chunks))
+
+    def mask(self, documents: np.ndarray) -> np.ndarray:
+        """Whether each of these document ids is allowed."""
+        documents = np.asarray(documents, dtype=np.int64)
+        if not len(self.documents):
+            return np.zeros(len(documents), dtype=bool)
+        at = np.minimum(np.searchsorted(self.documents, documents), len(self.documents) - 1)
+        return self.documents[at] == documents
+
+
 class VectorIndex(Protocol):
     """Unit vectors by chunk id; similarity is the dot product (cosine, as the vectors are unit length)."""
 
@@ -42,8 +64,9 @@ class VectorIndex(Protocol):
 
     def remove_documents(self, document_ids: Iterable[int]) -> None: ...
 
-    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k most similar live chunks: (chunk ids, cosine similarities), best first, ties by chunk id."""
+    def search(self, query: np.ndarray, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The k most similar live chunks (of `allowed`'s documents only, when given): (chunk ids, cosine
+        similarities), best first, ties by chunk id."""
         ...
 
     def similarity(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -67,8 +90,10 @@ class LexicalIndex(Protocol):
 
     def remove_documents(self, document_ids: Iterable[int]) -> None: ...
 
-    def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k best-scoring live chunks with a score above zero: (chunk ids, scores), best first, ties by id."""
+    def search(self, query: str, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The k best-scoring live chunks (of `allowed`'s documents only, when given) with a score above zero:
+        (chunk ids, scores), best first, ties by id. Scores stay the collection's: N, df and the mean length
+        are over every live chunk, as an unfiltered search's."""
         ...
 
     def query_mass(self, query: str) -> float:
@@ -163,9 +188,16 @@ class Rows:
         at = np.minimum(np.searchsorted(keys, ids), len(keys) - 1)
         return np.where(keys[at] == ids, rows[at], -1)
 
-    def best(self, scores: np.ndarray, k: int, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk ids, scores) of the k best live rows, best first, ties by chunk id; `positive`: scores > 0 only."""
-        usable = self.live & (scores > 0) if positive else self.live
+    def allowed(self, allowed: Allowed | None) -> np.ndarray:
+        """The live rows a search may return, as a mask."""
+        return self.live if allowed is None else self.live & allowed.mask(self.documents)
+
+    def best(self, scores: np.ndarray, k: int, positive: bool = False,
+             usable: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, scores) of the k best live rows (of the `usable` mask, when given), best first, ties by chunk
+        id; `positive`: scores > 0 only."""
+        usable = self.live if usable is None else usable
+        usable = usable & (scores > 0) if positive else usable
         candidates = np.flatnonzero(usable)
         if k <= 0 or not len(candidates):
             return np.zeros(0, dtype=np.int64), np.zeros(0)

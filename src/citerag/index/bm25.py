@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from citerag.index.analyzer import REFERENCE, Analyzer
-from citerag.index.base import Rows, idf_mass
+from citerag.index.base import Allowed, Rows, idf_mass
 from citerag.index.bm25_prune import Bounds, Part, Stats, Term, top_k
 from citerag.index.files import load_arrays, new_name, save_array, save_arrays
 from citerag.lang import DEFAULT
@@ -245,13 +245,16 @@ class Bm25Index:
                     out[rows] += weight
         return out
 
-    def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows.best over `scores`, computed by MaxScore (citerag.index.bm25_prune) without scoring every posting."""
+    def search(self, query: str, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Rows.best over `scores`, computed by MaxScore (citerag.index.bm25_prune) without scoring every posting;
+        filtered, every posting is scored and the allowed rows ranked (MaxScore's bounds are the whole index's)."""
         stats = self._live_stats()
         if k <= 0 or stats is None:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         tokens = self.analyzer.terms(query, fallback=self.language)
         terms = self._terms(tokens, stats)
+        if allowed is not None:
+            return self.rows.best(self._full(tokens, terms), k, positive=True, usable=self.rows.allowed(allowed))
         found = top_k(tokens, terms, k, len(self.rows)) if self.k1 >= 0 and 0 <= self.b <= 1 else None
         if found is None:
             return self.rows.best(self._full(tokens, terms), k, positive=True)

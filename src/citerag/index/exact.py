@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from citerag.index.base import Rows
+from citerag.index.base import Allowed, Rows
 from citerag.index.files import fsync_path, load_arrays, new_name, save_arrays
 from citerag.store.base import ChunkBatch
 
@@ -72,8 +72,14 @@ class ExactIndex:
         out[~low] = self._tail_rows()[rows[~low] - stored]
         return out
 
-    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.rows.best(self.scores(query), k)
+    def search(self, query: np.ndarray, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if allowed is None:
+            return self.rows.best(self.scores(query), k)
+        usable = self.rows.allowed(allowed)
+        rows = np.flatnonzero(usable)
+        if len(rows) * 4 < len(self.rows):  # a few rows: score only them
+            return self.search_rows(query, rows, k)
+        return self.rows.best(self.scores(query), k, usable=usable)
 
     def search_rows(self, query: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best among these live rows only (an approximate index's unindexed delta)."""

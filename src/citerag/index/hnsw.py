@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from citerag.index import hnsw_build
+from citerag.index.base import Allowed
 from citerag.index.exact import ExactIndex
 from citerag.index.files import load_arrays, new_name, save_arrays
 from citerag.index.hnsw_graph import (  # noqa: F401 - the graph's parameters, named here as before
@@ -44,6 +45,10 @@ log = logging.getLogger(__name__)
 DELTA_ROWS = 256  # the graph absorbs the delta past this many rows, or past DELTA_FRACTION of its size
 DELTA_FRACTION = 0.05
 DEAD_FRACTION = 0.25  # past this share of removed chunks in the graph, it is rebuilt
+# A filtered search over at most this many chunks scans them exactly (recall 1.0, a few ms: 20k rows of 384
+# float32 are 31 MB read); above it the graph is walked and its answers filtered, fetching more as the filter
+# keeps fewer, which finds enough allowed neighbours only when they are not rare (benchmarks/bench_filtered.py).
+EXACT_FILTERED_ROWS = 20_000
 
 
 class HnswIndex:
@@ -89,26 +94,36 @@ class HnswIndex:
         at = np.minimum(np.searchsorted(self.graph_ids, keys), len(self.graph_ids) - 1)
         return keys[(self.graph_ids[at] == keys) & self.graph_live[at]]
 
-    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: np.ndarray, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
         if k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if allowed is not None and allowed.chunks <= EXACT_FILTERED_ROWS:
+            return self.exact.search(query, k, allowed)
         q = np.asarray(query, dtype=np.float32)
+        documents = self.exact.rows.documents
         ids, sims = [], []
         if self.graph is not None and len(self.graph_ids):
-            # Removed chunks are still in the graph (until DEAD_FRACTION): over-fetch in proportion, and again
-            # if too many of the first answers were dead.
+            # Removed chunks are still in the graph (until DEAD_FRACTION), and a filter keeps only its share:
+            # over-fetch in proportion, and again if too few of the first answers were live and allowed.
             live_share = max(1.0 - self._dead_in_graph() / len(self.graph_ids), 1.0 - DEAD_FRACTION)
+            if allowed is not None:
+                live_share *= max(min(allowed.chunks / max(len(self), 1), 1.0), 1e-6)
             fetch = min(int(k / live_share) + 8, len(self.graph_ids))
             while True:
                 found = np.asarray(self.graph.search(q, fetch, threads=1).keys, dtype=np.int64)
                 rows = self.exact.rows.rows_of(self._live_in_graph(found))
                 rows = rows[rows >= 0]
+                if allowed is not None:
+                    rows = rows[allowed.mask(documents[rows])]
                 if len(rows) >= k or fetch >= len(self.graph_ids):
                     break
                 fetch = min(fetch * 2, len(self.graph_ids))
             ids.append(self.exact.rows.ids[rows])
             sims.append((self.exact.vectors(rows) @ q).astype(np.float64))
-        delta_ids, delta_sims = self.exact.search_rows(q, self.delta_rows(), k)
+        delta = self.delta_rows()
+        if allowed is not None:
+            delta = delta[allowed.mask(documents[delta])]
+        delta_ids, delta_sims = self.exact.search_rows(q, delta, k)
         ids.append(delta_ids)
         sims.append(delta_sims)
         all_ids, all_sims = np.concatenate(ids), np.concatenate(sims)
