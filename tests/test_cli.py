@@ -172,6 +172,33 @@ def test_a_file_name_that_is_not_utf8_fails_alone(tmp_path: Path, capsys, monkey
     assert json.loads(out)["counts"] == {"indexed": 1, "failed": 1, "pending": 0, "stale": 0}
 
 
+def test_search_and_ask_take_filters(index: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    question = "How do I make a locale available to the system?"  # answered in ch08
+    code, out, _ = run(["search", question, "--index", str(index), "--json", "--k", "15", "--filter", "path=**/apa*"],
+                       capsys, monkeypatch)
+    rows = json.loads(out)
+    _, status, _ = run(["status", "--index", str(index), "--json"], capsys, monkeypatch)
+    apa = next(d for d in json.loads(status)["documents"] if d["name"] == "apa.en.html")
+    # Every chunk of the one document allowed, or 15 of them: never fewer than match.
+    assert code == 0 and len(rows) == min(15, apa["chunk_count"]) and {r["document_name"] for r in rows} == \
+        {"apa.en.html"}
+    code, out, _ = run(["search", question, "--index", str(index), "--json", "--filter", "type=pdf",
+                        "--filter", "type=docx"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out) == []
+    code, out, _ = run(["ask", question, "--index", str(index), "--json", "--filter", "path=**/apa*"],
+                       capsys, monkeypatch)
+    data = json.loads(out)
+    assert code == 0 and all(c["document_name"] == "apa.en.html" for c in data["citations"])
+    code, out, _ = run(["ask", question, "--index", str(index), "--json", "--filter", "path=**/ch08*",
+                        "--filter", "source=local", "--filter", "language=en"], capsys, monkeypatch)
+    data = json.loads(out)
+    assert not data["refused"] and {c["document_name"] for c in data["citations"]} == {"ch08.en.html"}
+    assert_one_line_error(run(["search", "x", "--index", str(index), "--filter", "type=exe"], capsys, monkeypatch),
+                          "error: --filter.type: 'exe' is not a type; known: csv, docx")
+    assert_one_line_error(run(["ask", "x", "--index", str(index), "--filter", "pdf"], capsys, monkeypatch),
+                          "error: --filter: 'pdf' is not KEY=VALUE")
+
+
 def test_a_question_that_is_not_utf8_is_one_line(index: Path) -> None:
     exe = shutil.which("citerag") or str(Path(sys.executable).parent / "citerag")
     done = subprocess.run([exe, "ask", b"apt \xff sources", "--index", str(index)], capture_output=True, timeout=300)

@@ -13,6 +13,7 @@ in the text, as the chunkers do; the vectors are random unit vectors of dimensio
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -146,6 +147,24 @@ class StoreContract:
         np.testing.assert_array_equal(snap.vectors, ROOT_ACCOUNT.vectors)
         assert snap.vectors.dtype == np.float32
         assert snap.documents[doc_id].locators == ROOT_ACCOUNT.locators
+
+    def test_a_views_listing_is_its_indexed_documents_as_of_its_commit(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        first = add(store, ROOT_ACCOUNT)
+        pending = store.add_pending("/docs/pending.md", "pending.md", "p")
+        added: list[int] = []
+        with store.view() as view:
+            view.listing()
+            # Committed by another thread after the view began: not in it.
+            writer = threading.Thread(target=lambda: added.append(add(store, LAN_RANGES)))
+            writer.start()
+            writer.join()
+            listed = view.listing()
+            assert [d.id for d in listed] == [first]
+            assert (listed[0].chunk_count, listed[0].stamps["embedding_model"]) == (len(ROOT_ACCOUNT.chunks), MODEL)
+        with store.view() as view:
+            assert [d.id for d in view.listing()] == sorted([first, *added]) and pending not in \
+                {d.id for d in view.listing()}
 
     def test_a_reindex_replaces_the_version_whole(self, make_store: MakeStore) -> None:
         store = make_store("ix")

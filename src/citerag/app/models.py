@@ -9,6 +9,7 @@ from typing import Any
 
 from citerag.errors import CiteragError
 from citerag.refusal import RefusalRule
+from citerag.search.filters import FilterError, Filters  # noqa: F401 - for the entry points
 from citerag.types import Document
 
 
@@ -20,6 +21,8 @@ class SearchOptions:
     k: int | None = None
     rerank_model: str | None = None  # a cross-encoder folder; "" turns reranking off
     shortlist: int | None = None
+    # Which documents may be searched: applied inside each index, in the cache keys, never a setting.
+    filters: Filters = field(default_factory=Filters)
 
     def changes(self) -> dict[str, Any]:
         return {"mode": self.mode, "k": self.k, "rerank_model": self.rerank_model, "rerank_shortlist": self.shortlist}

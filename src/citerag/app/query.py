@@ -14,48 +14,26 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 
 from citerag.answer.citations import cite
 from citerag.answer.pipeline import answer_events, gate_hits, retrieve
 from citerag.app.caching import ANSWER_SETTINGS, RETRIEVAL_SETTINGS, cache_key
-from citerag.app.models import AskOptions, EmptyCollection, Followup, RefusalStatus, SearchOptions, check_text
-from citerag.app.shared import Shared
-from citerag.embed.fused import ranking_vector
-from citerag.index.base import SearchBackend
-from citerag.lang import detect
+from citerag.app.models import AskOptions, Followup, SearchOptions, check_text
+from citerag.app.retrieval import Host, open_retriever
 from citerag.search import Retriever
+from citerag.search.filters import Filters
 from citerag.search.retriever import hits_from_rows
 from citerag.settings import Settings
-from citerag.store.base import Store
 from citerag.trace import OPERATION, current_trace_id, hit_attributes, sink, traced_events, tracer
-from citerag.trace.setup import Sink, caller_attributes, request_attributes
+from citerag.trace.setup import caller_attributes, request_attributes
 from citerag.types import Answer, Hit, SearchResult, answer_from_dict
 
 log = logging.getLogger("citerag")
-
-
-class Host(Protocol):
-    """What the question path needs of its collection (citerag.app.collection.Collection)."""
-
-    name: str
-    settings: Settings
-    store: Store
-    search_backend: SearchBackend
-    app: Shared
-
-    @property
-    def location(self) -> str: ...
-
-    def refusal_status(self, settings: Settings) -> RefusalStatus: ...
-
-    def persist_indexes(self) -> None: ...
-
-    def trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None) -> Sink | None: ...
 
 
 def trace_options(settings: Settings) -> dict[str, Any]:
@@ -66,44 +44,20 @@ def trace_options(settings: Settings) -> dict[str, Any]:
             "max_sources": settings.max_sources, "generator": settings.generator}
 
 
-@contextmanager
-def open_retriever(host: Host, embed: Callable[[str], np.ndarray] | None = None) -> Iterator[Retriever]:
-    """A retriever over indexes as of one store view; hits and texts come from that view. The view is opened
-    inside the backend's read lock, so it is never older than the indexes it is searched with."""
-    model = host.settings.embedding_model
-    rebuilt = False
-    with host.search_backend.reading(), host.store.view() as view, host.search_backend.open(view) as indexes:
-        rebuilt = indexes.applied < 0
-        if indexes.applied and (excluded := view.excluded_documents(model)):
-            log.warning("%d document(s) indexed with another embedding model are not searched; run "
-                        "`citerag reindex --stale`", excluded)
-        if indexes.empty:
-            if view.excluded_documents(model):
-                raise EmptyCollection(f"no documents in {host.location} were indexed with {model}: "
-                                      "run `citerag reindex --stale`")
-            raise EmptyCollection(f"the index at {host.location} has no indexed documents: "
-                                  "run `citerag ingest PATH` first")
-        s = host.settings
-        yield Retriever(indexes.vector, indexes.lexical, view,
-                        embed or (lambda q: host.app.query_vector(model, q, s.cache_url, s.cache_query_ttl)),
-                        rrf_k=s.rrf_k, lexical_weight=s.lexical_weight,
-                        rank_vector=lambda q, v: ranking_vector(model, v, detect(q)))
-    if rebuilt:  # built from the whole store: save it so that the next process need not
-        host.persist_indexes()
-
-
 class Query:
     """One search or question on a collection, under the settings its options resolve to."""
 
-    def __init__(self, host: Host, settings: Settings) -> None:
+    def __init__(self, host: Host, settings: Settings, filters: Filters | None = None) -> None:
         self.host, self.settings, self.shared = host, settings, host.app
+        self.filters = filters or Filters()
         self.timings: dict[str, float] = {}
         self.cache: dict[str, bool] = {}
 
     @classmethod
     def search(cls, host: Host, query: str, options: SearchOptions | None = None) -> SearchResult:
         check_text(query, "query")
-        self = cls(host, host.settings.with_changes(**(options or SearchOptions()).changes()))
+        options = options or SearchOptions()
+        self = cls(host, host.settings.with_changes(**options.changes()), options.filters)
         settings = self.settings
         with sink(host.trace_sink(settings, {"question": query})), \
                 tracer.start_as_current_span("citerag.search", attributes=self._operation("search")) as span:
@@ -129,13 +83,14 @@ class Query:
         An answer in the answer cache (same collection generation, settings and question) is replayed as the
         same events without retrieving or generating."""
         check_text(question, "question")
-        settings = host.settings.with_changes(**(options or AskOptions()).changes())
+        options = options or AskOptions()
+        settings = host.settings.with_changes(**options.changes())
         # The gate's cut: the calibrated rule's unless a threshold was set; from here on it is settings.threshold
         # (in the answer cache's key, the trace's options and a replay's), and `rule` says where it came from.
         rule = host.refusal_status(settings)
         if rule.rule == "calibrated":
             settings = settings.with_changes(threshold=rule.threshold, lexical_threshold=rule.lexical_threshold)
-        self = cls(host, settings)
+        self = cls(host, settings, options.filters)
         self.cache.update(query=False, retrieval=False, answer=False)
         # The question's trace: its span is current while each event is computed (see traced_events).
         # A follow-up's method on the span; the words asked only in the kept texts (where trace_text allows).
@@ -229,7 +184,7 @@ class Query:
                 return vector
             return self.shared.query_vector(s.embedding_model, text, s.cache_url, s.cache_query_ttl)
 
-        return open_retriever(self.host, embed)
+        return open_retriever(self.host, embed, self.filters)
 
     def _ranked(self, query: str, retriever: Retriever) -> list[Hit]:
         """The ranked hits (reranked when the settings say so), from the retrieval cache when it holds them."""
@@ -279,7 +234,7 @@ class Query:
         fields = RETRIEVAL_SETTINGS | (ANSWER_SETTINGS if level == "answer" else set())
         return cache_key(level, {"store": self.settings.store_url, "collection": self.host.name,
                                  "generation": generation, "settings": self.settings.model_dump(include=fields),
-                                 "text": text})
+                                 "filters": self.filters.as_json(), "text": text})
 
     def _cache_answer(self, question: str, generation: int, hits: list[Hit], answer: Answer) -> None:
         """Kept under the generation of the view it was computed from."""
@@ -295,6 +250,7 @@ class Query:
         """An operation span's attributes: what it is, where, the options that shape its result, and the caller's
         span when its request sent one (kept in the record, so that an operator can correlate it)."""
         return {OPERATION: operation, "citerag.collection": self.host.name,
+                **({"citerag.filters": json.dumps(self.filters.as_json())} if self.filters else {}),
                 **{f"citerag.options.{k}": v for k, v in trace_options(self.settings).items()},
                 **caller_attributes()}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from citerag.app.query import Host, open_retriever
+from citerag.app.retrieval import Host, open_retriever
 
 
 def best_signals(host: Host, queries: Sequence[str]) -> list[tuple[float, float]]:

@@ -12,8 +12,9 @@ import click
 
 from citerag.app.files import chunk_file
 from citerag.app.home import Citerag
-from citerag.app.models import AskOptions, RefusalStatus, SearchOptions
+from citerag.app.models import AskOptions, Filters, RefusalStatus, SearchOptions
 from citerag.cli.options import (
+    filter_option,
     generator_options,
     index_option,
     json_option,
@@ -134,16 +135,17 @@ def reindex(index: str | None, stale: bool, as_json: bool) -> None:
 @click.option("--threshold", type=float, default=None, help="Cosine-distance cut of the gate.")
 @rerank_option("Rerank the shortlist with this cross-encoder folder (see train-reranker); '' turns it off.")
 @shortlist_option
+@filter_option
 @generator_options(default=None)
 def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode: str | None,
-        threshold: float | None, rerank_model: str | None, shortlist: int | None, generator: str | None,
-        llm_model_path: str | None, openai_base_url: str | None, openai_model: str | None,
+        threshold: float | None, rerank_model: str | None, shortlist: int | None, filters: Filters,
+        generator: str | None, llm_model_path: str | None, openai_base_url: str | None, openai_model: str | None,
         generator_timeout: float | None) -> None:
     """Answer from the indexed documents with [n] citations, or NO ANSWER."""
     settings = load_settings(index, llm_model_path=llm_model_path, openai_base_url=openai_base_url,
                              openai_model=openai_model, generator_timeout=generator_timeout)
     options = AskOptions(mode=mode, threshold=threshold, rerank_model=rerank_model, shortlist=shortlist,
-                         generator=generator)
+                         generator=generator, filters=filters)
     with _open(settings) as app:
         result = app.ask(question, options)
     if as_json:
@@ -180,12 +182,13 @@ def ask(question: str, index: str | None, as_json: bool, show_prompt: bool, mode
 @click.option("--k", type=click.IntRange(1, 1000), default=None, help="Hits to show (the setting k, 20).")
 @rerank_option("Rerank the first --shortlist hits with this cross-encoder folder; '' turns it off.")
 @shortlist_option
+@filter_option
 @json_option()
 def search(query: str, index: str | None, mode: str | None, k: int | None, rerank_model: str | None,
-           shortlist: int | None, as_json: bool) -> None:
+           shortlist: int | None, filters: Filters, as_json: bool) -> None:
     """Ranked chunks for a query, with the citation fields, rank, score and cosine distance."""
     with _open(load_settings(index)) as app:
-        options = SearchOptions(mode=mode, k=k, rerank_model=rerank_model, shortlist=shortlist)
+        options = SearchOptions(mode=mode, k=k, rerank_model=rerank_model, shortlist=shortlist, filters=filters)
         rows = app.search(query, options).as_json()
     if as_json:
         _emit_json(rows)

@@ -59,3 +59,27 @@ def generator_options(default: str | None) -> Callable[[F], F]:
         return f
 
     return decorate
+
+
+def _filters(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> Any:
+    """--filter KEY=VALUE, repeatable: values of one key are alternatives (any matches), keys all apply. A wrong
+    one is a FilterError, which the CLI prints as one line (a click usage error would print the usage too)."""
+    from citerag.app.models import FilterError, Filters  # here: the CLI's start-up stays light
+
+    data: dict[str, Any] = {}
+    for value in values:
+        key, sep, wanted = value.partition("=")
+        if not sep:
+            raise FilterError("--filter", f"{value!r} is not KEY=VALUE (e.g. type=pdf)")
+        if key in ("since", "until"):
+            data[key] = wanted
+        else:
+            data.setdefault(key, []).append(wanted)
+    return Filters.parse(data, "--filter")
+
+
+filter_option = click.option(
+    "--filter", "filters", multiple=True, metavar="KEY=VALUE", callback=_filters,
+    help="Search only documents that match, applied inside the indexes: source=NAME (or upload, local), "
+         "type=pdf|html|markdown|..., path=GLOB, language=en, since=DATE, until=DATE; repeat a key for any of "
+         "several values.")

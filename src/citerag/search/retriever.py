@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from citerag.index.analyzer import REFERENCE
-from citerag.index.base import LexicalIndex, VectorIndex
+from citerag.index.base import Allowed, LexicalIndex, VectorIndex
 from citerag.search.fuse import rrf
 from citerag.search.fusion import LEXICAL_WEIGHT, evidence, fused_order
 from citerag.search.phrase import SHORTLIST, exact_matches
@@ -27,13 +27,16 @@ class Retriever:
 
     `embed_query` turns a question into the indexes' model's vector (the application passes its query cache);
     `rank_vector` turns that vector into the one the adaptive mode ranks with (a fused encoder's models weighted
-    for the question's language, embed/fused.ranking_vector); distances, and so the gate, stay the index's own."""
+    for the question's language, embed/fused.ranking_vector); distances, and so the gate, stay the index's own.
+    `allowed` (a search's filters, resolved against the view) is applied inside each index's ranking."""
 
     def __init__(self, vector: VectorIndex | None, lexical: LexicalIndex, view: StoreView,
                  embed_query: Callable[[str], np.ndarray], rrf_k: int = 60, fusion_depth: int = 100,
                  lexical_weight: float = LEXICAL_WEIGHT,
-                 rank_vector: Callable[[str, np.ndarray], np.ndarray] | None = None) -> None:
+                 rank_vector: Callable[[str, np.ndarray], np.ndarray] | None = None,
+                 allowed: Allowed | None = None) -> None:
         self.vector, self.lexical = vector, lexical
+        self.allowed = allowed
         self.view = view
         self._embed = embed_query
         self.rrf_k = rrf_k
@@ -45,18 +48,21 @@ class Retriever:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         vector, lexical = self.vector, self.lexical
-        if vector is None:  # nothing indexed yet (the collection checks emptiness before it searches)
+        allowed = self.allowed
+        # Nothing indexed yet (the collection checks emptiness before it searches), or nothing the filters allow.
+        if vector is None or (allowed is not None and not len(allowed.documents)):
             return []
         q = self._embed(query)
         exact: list[int] = []
         if mode == "dense":
-            ids, scores = _traced("citerag.dense", lambda: vector.search(q, k))
+            ids, scores = _traced("citerag.dense", lambda: vector.search(q, k, allowed))
             similarity = scores
             found: dict[int, float] = {}
         elif mode == "adaptive":
             ranking = self._rank_vector(query, q)
-            dense, _ = _traced("citerag.dense", lambda: vector.search(ranking, self.fusion_depth))
-            lexical_ids, lexical_scores = _traced("citerag.bm25", lambda: lexical.search(query, self.fusion_depth))
+            dense, _ = _traced("citerag.dense", lambda: vector.search(ranking, self.fusion_depth, allowed))
+            lexical_ids, lexical_scores = _traced("citerag.bm25",
+                                                  lambda: lexical.search(query, self.fusion_depth, allowed))
             shortlist = lexical_ids[:SHORTLIST].tolist()
             contents = {i: c.content for i, c in self.view.chunks(shortlist).items()}
             # The words of the lexical index's own tokenisation (an index without one: the reference's).
@@ -68,11 +74,12 @@ class Retriever:
             similarity = vector.similarity(q, ids)
         else:
             if mode == "bm25":
-                ids, scores = _traced("citerag.bm25", lambda: lexical.search(query, k))
+                ids, scores = _traced("citerag.bm25", lambda: lexical.search(query, k, allowed))
                 found = evidence(ids, scores, lexical.query_mass(query))
             else:
-                dense, _ = _traced("citerag.dense", lambda: vector.search(q, self.fusion_depth))
-                lexical_ids, lexical_scores = _traced("citerag.bm25", lambda: lexical.search(query, self.fusion_depth))
+                dense, _ = _traced("citerag.dense", lambda: vector.search(q, self.fusion_depth, allowed))
+                lexical_ids, lexical_scores = _traced("citerag.bm25",
+                                                      lambda: lexical.search(query, self.fusion_depth, allowed))
 
                 def fuse() -> tuple[np.ndarray, np.ndarray]:
                     fused = rrf([dense.tolist(), lexical_ids.tolist()], k=self.rrf_k)[:k]

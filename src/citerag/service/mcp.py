@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from citerag import __version__
 from citerag.app.collection import Collection
 from citerag.app.home import Citerag
-from citerag.app.models import AskOptions, SearchOptions, check_text
+from citerag.app.models import AskOptions, Filters, SearchOptions, check_text
 from citerag.errors import CiteragError
 from citerag.keystore.base import LOCAL, Principal
 from citerag.service.errors import ApiError
@@ -78,28 +78,31 @@ def build(resolve: Resolve) -> MCPServer:
                                 for n in names]}
 
     @server.tool()
-    def search(ctx: Context, collection: str, query: str, k: int = 5) -> dict[str, Any]:
+    def search(ctx: Context, collection: str, query: str, k: int = 5,
+               filters: dict[str, Any] | None = None) -> dict[str, Any]:
         """Passages of `collection` ranked for `query` (hybrid: meaning and exact words); each result has the
-        document, its section, the quote and its character range [start, end) in the document's text."""
+        document, its section, the quote and its character range [start, end) in the document's text. `filters`
+        limits the documents searched: {"source": ..., "type": "pdf", "path": "docs/**", "language": "de",
+        "since": "2026-01-01", "until": ...}, each a string or a list of strings (any one matches)."""
         if not 1 <= k <= 50:
             raise ToolError("k: expected 1 to 50")
         target = _collection(resolve(ctx), collection)
         text = _text(query, "query")
         try:
-            result = target.search(text, SearchOptions(k=k))
+            result = target.search(text, SearchOptions(k=k, filters=Filters.parse(filters)))
         except CiteragError as exc:
             raise ToolError(str(exc)) from None
         return search_json(target.name, text, result)
 
     @server.tool()
-    def ask(ctx: Context, collection: str, question: str) -> dict[str, Any]:
+    def ask(ctx: Context, collection: str, question: str, filters: dict[str, Any] | None = None) -> dict[str, Any]:
         """An answer from `collection`'s documents: its [n] markers name the entries of `citations` (document,
         section, quote, character range). `refused` is true, with no citations, when nothing in the collection
-        is close enough to the question: say so rather than answer from elsewhere."""
+        is close enough to the question: say so rather than answer from elsewhere. `filters` as for search."""
         target = _collection(resolve(ctx), collection)
         text = _text(question, "question")
         try:
-            answer = target.ask(text, AskOptions())
+            answer = target.ask(text, AskOptions(filters=Filters.parse(filters)))
         except CiteragError as exc:
             raise ToolError(str(exc)) from None
         return answer_json(target.name, answer)

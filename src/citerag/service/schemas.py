@@ -34,10 +34,27 @@ class CreateCollection(_Body):
     settings: CollectionSettings = Field(default_factory=CollectionSettings)
 
 
+_Values = str | list[str] | None
+
+
+class SearchFilters(_Body):
+    """Which documents may be searched: every field set must match, any one of a field's values; applied inside
+    each index, so k results are the best k that match."""
+
+    source: _Values = Field(default=None, description='A source\'s name, "upload" or "local".')
+    type: _Values = Field(default=None, description="The format read: pdf, html, markdown, text, docx, xlsx, ...")
+    path: _Values = Field(default=None, description="A glob over the document's path in its origin (docs/**/*.md).")
+    language: _Values = Field(default=None, description="The document's language code (en, de).")
+    since: str | None = Field(default=None, description="Indexed at or after this ISO 8601 date or time.")
+    until: str | None = Field(default=None, description="Indexed at or before this ISO 8601 date (the whole day) "
+                                                        "or time.")
+
+
 class SearchRequest(_Body):
     query: str = Field(min_length=1, max_length=4000)
     mode: Literal["dense", "bm25", "hybrid", "adaptive"] | None = None
     k: int | None = Field(default=None, ge=1, le=100)
+    filters: SearchFilters | None = None
 
 
 class AskRequest(_Body):
@@ -46,6 +63,7 @@ class AskRequest(_Body):
     k: int | None = Field(default=None, ge=1, le=100)
     threshold: float | None = Field(default=None, gt=0, le=2)
     max_sources: int | None = Field(default=None, ge=1, le=20)
+    filters: SearchFilters | None = None
     stream: bool = Field(default=False, description="Answer as server-sent events: retrieval, citation, delta, "
                                                     "final or refusal, error, done.")
 

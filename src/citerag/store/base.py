@@ -93,6 +93,10 @@ class StoreView(Protocol):
         """Documents by id, locators loaded."""
         ...
 
+    def listing(self) -> list[Document]:
+        """Every indexed document, without locators (what a search's filters are resolved against)."""
+        ...
+
     def texts(self, ids: Iterable[int]) -> dict[int, str]:
         """Canonical texts of indexed documents by id."""
         ...

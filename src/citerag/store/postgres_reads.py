@@ -79,6 +79,11 @@ class PostgresView:
             out[doc.id] = doc
         return out
 
+    def listing(self) -> list[Document]:
+        return [document(row) for row in self.conn.execute(
+            f"SELECT {DOC_COLUMNS} FROM documents WHERE collection_id = %s AND status = 'indexed' ORDER BY id",
+            (self.collection_id,))]
+
     def texts(self, ids: Iterable[int]) -> dict[int, str]:
         return {r[0]: r[1] for r in self.conn.execute(
             "SELECT id, canonical_text FROM documents WHERE collection_id = %s AND id = ANY(%s)"

@@ -88,6 +88,10 @@ class SqliteView:
                 out[doc.id] = doc
         return out
 
+    def listing(self) -> list[Document]:
+        return [document(row) for row in self._db.execute(
+            f"SELECT {DOC_COLUMNS} FROM documents WHERE status = 'indexed' ORDER BY id")]
+
     def texts(self, ids: Iterable[int]) -> dict[int, str]:
         out: dict[int, str] = {}
         for group in _batches(ids):

@@ -13,13 +13,13 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from citerag.app import experiments
-from citerag.app.models import AskOptions, SearchOptions, check_text
+from citerag.app.models import AskOptions, FilterError, Filters, SearchOptions, check_text
 from citerag.errors import CiteragError
 from citerag.service.auth import Caller, Readable
 from citerag.service.errors import ApiError
 from citerag.service.metrics import observe_answer, observe_events, observe_search
 from citerag.service.present import answer_json, citation_json, hit_json, refusal_json, search_json
-from citerag.service.schemas import AskRequest, SearchRequest
+from citerag.service.schemas import AskRequest, SearchFilters, SearchRequest
 from citerag.types import Answer
 
 log = logging.getLogger("citerag.service")
@@ -33,12 +33,21 @@ def text_field(value: str, field: str) -> str:
         raise ApiError(422, str(exc), field) from None
 
 
+def filters_field(body: SearchFilters | None, field: str = "filters") -> Filters:
+    """A request's filters, their values checked (a 422 names the wrong one: filters.type, ...)."""
+    try:
+        return Filters.parse(None if body is None else body.model_dump(exclude_none=True), field)
+    except FilterError as exc:
+        raise ApiError(422, str(exc), exc.field) from None
+
+
 # The bodies go out as JSONResponse: a dict returned would be walked again by FastAPI's jsonable_encoder, the
 # largest single cost of a cached answer under load (the dicts hold only JSON types: the stream json.dumps them).
 @router.post("/search", response_model=dict[str, Any])
 def search(request: SearchRequest, collection: Readable) -> JSONResponse:
     query = text_field(request.query, "query")
-    result = collection.search(query, SearchOptions(mode=request.mode, k=request.k))
+    result = collection.search(query, SearchOptions(mode=request.mode, k=request.k,
+                                                    filters=filters_field(request.filters)))
     observe_search(collection, result)
     return JSONResponse(search_json(collection.name, query, result))
 
@@ -49,7 +58,8 @@ def search(request: SearchRequest, collection: Readable) -> JSONResponse:
 def ask(request: AskRequest, collection: Readable, who: Caller) -> JSONResponse | EventSourceResponse:
     question = text_field(request.question, "question")
     options = experiments.route(collection, AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
-                                                       max_sources=request.max_sources), who.key)
+                                                       max_sources=request.max_sources,
+                                                       filters=filters_field(request.filters)), who.key)
     if not request.stream:
         answer = experiments.mark(collection.ask(question, options), options)
         observe_answer(collection, answer)

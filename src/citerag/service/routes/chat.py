@@ -34,6 +34,8 @@ from citerag.service.auth import Caller, ServiceDep
 from citerag.service.errors import ApiError
 from citerag.service.metrics import observe_answer, observe_events
 from citerag.service.present import answer_json
+from citerag.service.routes.answers import filters_field
+from citerag.service.schemas import SearchFilters
 from citerag.types import Answer
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -63,6 +65,8 @@ class ChatRequest(BaseModel):
     model: str = Field(min_length=1, max_length=64)
     messages: list[ChatMessage] = Field(min_length=1, max_length=200)
     stream: bool = False
+    # citerag's own: which documents may be searched (an OpenAI client sends it in extra_body).
+    filters: SearchFilters | None = None
 
 
 def _text(message: ChatMessage) -> str:
@@ -142,7 +146,7 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                      who: Caller) -> JSONResponse | EventSourceResponse:
     collection = _collection(svc, who, body.model)
     question = _question(body)
-    options = experiments.route(collection, AskOptions(), who.key)
+    options = experiments.route(collection, AskOptions(filters=filters_field(body.filters)), who.key)
     followup = conversations.retrieval_query(collection, _earlier(body), question, options)
     query = followup.query
     base = str(request.base_url).rstrip("/")

@@ -19,7 +19,7 @@ from citerag.service.auth import Caller, Readable
 from citerag.service.errors import ApiError
 from citerag.service.metrics import observe_answer, observe_events
 from citerag.service.present import answer_json, citation_json
-from citerag.service.routes.answers import close_streams, stream_events, text_field
+from citerag.service.routes.answers import close_streams, filters_field, stream_events, text_field
 from citerag.service.schemas import AskRequest
 from citerag.types import Citation, ConversationInfo, Turn
 
@@ -48,7 +48,7 @@ def _ask(collection: Collection, who: Caller, request: AskRequest,
          conversation_id: str | None) -> JSONResponse | EventSourceResponse:
     question = text_field(request.question, "question")
     options = AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
-                         max_sources=request.max_sources)
+                         max_sources=request.max_sources, filters=filters_field(request.filters))
     if not request.stream:
         asked = _found(lambda: conversations.ask(collection, question, owner=who.key,
                                                  conversation_id=conversation_id, options=options))

@@ -1,0 +1,175 @@
+"""What a caller knows about the documents it wants searched: their source, format, path, language and date.
+
+Filters are resolved against the store view a search reads (the indexed documents' rows), into the documents they
+allow (citerag.index.base.Allowed); every index then ranks only those documents' chunks, so a filtered top-k is
+the best k that match, never fewer because hits of other documents were dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, date, datetime, timedelta
+from functools import cached_property
+from typing import Any
+
+from citerag.errors import CiteragError
+from citerag.globs import glob_regex
+from citerag.index.base import Allowed
+from citerag.store.base import StoreView
+from citerag.types import SOURCE_SCHEME, UPLOAD_SCHEME, Document
+
+# A document's `source` is the name of the source that syncs it, or one of these.
+UPLOADED = "upload"  # sent through the API or the page
+LOCAL = "local"  # a path given to `citerag ingest`
+# The formats citerag reads, by the extractor's name (the document's "extractor" stamp).
+TYPES = ("csv", "docx", "epub", "html", "markdown", "ods", "odt", "pdf", "text", "transcript", "xlsx")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_LANGUAGE = re.compile(r"[a-z]{2,3}\Z")
+MAX_VALUES = 100
+
+
+class FilterError(CiteragError):
+    """A filter a caller wrote wrongly; `field` names it as the request spells it (filters.type, ...)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Each field left empty allows everything; a document must match every field that is set, and any one value of
+    a field (source ["handbook", "upload"] is either). `since`/`until` bound when the document's current version
+    was indexed (inclusive; a date alone means the whole day, in UTC)."""
+
+    source: tuple[str, ...] = ()
+    type: tuple[str, ...] = ()
+    path: tuple[str, ...] = ()  # globs over the document's path in its origin (`docs/**/*.md`, `**/README.md`)
+    language: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any] | None, prefix: str = "filters") -> Filters:
+        """Filters from a request's JSON object (a value may be one string or a list of them); a FilterError
+        names the first field that is wrong."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise FilterError(prefix, "must be an object")
+        known = {f.name for f in fields(cls)}
+        for key in data:
+            if key not in known:
+                raise FilterError(f"{prefix}.{key}", f"unknown filter; known: {', '.join(sorted(known))}")
+        values = {key: _strings(data.get(key), f"{prefix}.{key}") for key in ("source", "type", "path", "language")}
+        for value in values["source"]:
+            if not _NAME.match(value):
+                raise FilterError(f"{prefix}.source", f"{value!r} is not a source name")
+        for value in values["type"]:
+            if value not in TYPES:
+                raise FilterError(f"{prefix}.type", f"{value!r} is not a type; known: {', '.join(TYPES)}")
+        for value in values["language"]:
+            if not _LANGUAGE.match(value):
+                raise FilterError(f"{prefix}.language", f"{value!r} is not a language code such as en or de")
+        for value in values["path"]:
+            if not value.strip("/") or len(value) > 1000:
+                raise FilterError(f"{prefix}.path", f"{value!r} is not a path pattern")
+        dates = {key: _instant(data.get(key), f"{prefix}.{key}", end=key == "until") for key in ("since", "until")}
+        if dates["since"] and dates["until"] and dates["since"][1] > dates["until"][1]:
+            raise FilterError(f"{prefix}.until", "is before since")
+        since, until = dates["since"], dates["until"]
+        return cls(tuple(values["source"]), tuple(values["type"]), tuple(values["path"]), tuple(values["language"]),
+                   None if since is None else since[0], None if until is None else until[0])
+
+    def as_json(self) -> dict[str, Any]:
+        """The fields that are set (a cache key's part, a trace's attribute)."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in fields(self) if getattr(self, f.name)}
+
+    def matches(self, document: Document) -> bool:
+        if self.source and source_of(document) not in self.source:
+            return False
+        if self.type and document.stamps.get("extractor") not in self.type:
+            return False
+        if self.language and document.stamps.get("language") not in self.language:
+            return False
+        # A pattern is read without its leading '/', so the path is too (an ingested file's is absolute).
+        if self.path and not any(glob_regex(p).match(path_of(document).lstrip("/")) for p in self.path):
+            return False
+        low, high = self._bounds
+        if low is not None or high is not None:
+            at = _parsed(document.updated_at)
+            if at is None or (low is not None and at < low) or (high is not None and at > high):
+                return False
+        return True
+
+    @cached_property
+    def _bounds(self) -> tuple[datetime | None, datetime | None]:
+        low, high = _instant(self.since, "since"), _instant(self.until, "until", end=True)
+        return None if low is None else low[1], None if high is None else high[1]
+
+    def resolve(self, view: StoreView) -> Allowed:
+        """The view's indexed documents that match, and the chunks they hold."""
+        chosen = [d for d in view.listing() if self.matches(d)]
+        return Allowed.of((d.id for d in chosen), sum(d.chunk_count for d in chosen))
+
+
+def source_of(document: Document) -> str:
+    if document.source_path.startswith(SOURCE_SCHEME):
+        return document.source_path[len(SOURCE_SCHEME):].partition(":")[0]
+    return UPLOADED if document.source_path.startswith(UPLOAD_SCHEME) else LOCAL
+
+
+def path_of(document: Document) -> str:
+    """The document's path in its origin: an upload's name, a source's key (its relative path, repository path or
+    URL), a local file's path."""
+    path = document.source_path
+    if path.startswith(SOURCE_SCHEME):
+        return path[len(SOURCE_SCHEME):].partition(":")[2]
+    return path[len(UPLOAD_SCHEME):] if path.startswith(UPLOAD_SCHEME) else path
+
+
+def _strings(value: Any, field: str) -> list[str]:
+    if value is None:
+        return []
+    items: Iterable[Any] = [value] if isinstance(value, str) else value if isinstance(value, list) else [None]
+    out = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise FilterError(field, "must be a non-empty string or a list of them")
+        out.append(item.strip())
+    if len(out) > MAX_VALUES:
+        raise FilterError(field, f"at most {MAX_VALUES} values")
+    return out
+
+
+def _instant(value: Any, field: str, end: bool = False) -> tuple[str, datetime] | None:
+    """(the value as given, the instant it bounds): a date alone is its first moment, or its last for `until`."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise FilterError(field, "must be an ISO 8601 date or date and time")
+    try:
+        if len(value) == 10:
+            day = date.fromisoformat(value)
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            return value, start + timedelta(days=1) - timedelta(microseconds=1) if end else start
+        return value, _aware(datetime.fromisoformat(value))
+    except ValueError:
+        raise FilterError(field, f"{value!r} is not an ISO 8601 date or date and time") from None
+
+
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _parsed(text: str) -> datetime | None:
+    try:
+        return _aware(datetime.fromisoformat(text))
+    except ValueError:
+        return None

@@ -1,0 +1,84 @@
+"""A search's filters: what a caller may write, how each is read, and which documents each matches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from citerag.search.filters import FilterError, Filters, path_of, source_of
+from citerag.types import Document
+
+
+def doc(source_path: str, extractor: str = "markdown", language: str = "en",
+        updated_at: str = "2026-11-30T12:00:00+00:00") -> Document:
+    return Document(id=1, source_path=source_path, name=source_path.rsplit("/", 1)[-1], title="t", sha256="s",
+                    status="indexed", error=None, warnings=[], chunk_count=3,
+                    stamps={"extractor": extractor, "language": language}, updated_at=updated_at)
+
+
+UPLOAD = doc("upload:guide.pdf", "pdf")
+SYNCED = doc("source:handbook:docs/admin/backup.md", language="de")
+CRAWLED = doc("source:site:https://example.org/docs/intro.html", "html")
+LOCAL = doc("/home/me/notes/todo.txt", "text", updated_at="2026-12-01T00:00:00+00:00")
+ALL = [UPLOAD, SYNCED, CRAWLED, LOCAL]
+
+
+def matching(data: dict[str, Any]) -> list[Document]:
+    f = Filters.parse(data)
+    return [d for d in ALL if f.matches(d)]
+
+
+def test_each_document_knows_its_source_and_its_path_in_it() -> None:
+    assert [source_of(d) for d in ALL] == ["upload", "handbook", "site", "local"]
+    assert [path_of(d) for d in ALL] == ["guide.pdf", "docs/admin/backup.md", "https://example.org/docs/intro.html",
+                                         "/home/me/notes/todo.txt"]
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    ({}, ALL),
+    ({"source": "handbook"}, [SYNCED]),
+    ({"source": ["upload", "local"]}, [UPLOAD, LOCAL]),
+    ({"type": "pdf"}, [UPLOAD]),
+    ({"type": ["html", "markdown"]}, [SYNCED, CRAWLED]),
+    ({"language": "de"}, [SYNCED]),
+    ({"path": "docs/**"}, [SYNCED]),
+    ({"path": "**/*.md"}, [SYNCED]),
+    ({"path": ["*.pdf", "https://example.org/docs/*"]}, [UPLOAD, CRAWLED]),
+    ({"path": "/home/**/todo.txt"}, [LOCAL]),
+    ({"since": "2026-12-01"}, [LOCAL]),  # the day's first moment
+    ({"until": "2026-11-30"}, [UPLOAD, SYNCED, CRAWLED]),  # the whole day
+    ({"until": "2026-11-30T11:59:59Z"}, []),
+    ({"since": "2026-11-30T12:00:00+00:00", "until": "2026-11-30T13:00:00+01:00"}, [UPLOAD, SYNCED, CRAWLED]),
+    ({"type": "markdown", "language": "en"}, []),  # every field must match
+])
+def test_a_document_matches_every_field_set_and_any_value_of_one(data: dict[str, Any],
+                                                                   expected: list[Document]) -> None:
+    assert matching(data) == expected
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"colour": "red"}, "filters.colour"),
+    ({"type": "exe"}, "filters.type"),
+    ({"type": ["pdf", 3]}, "filters.type"),
+    ({"source": "a b"}, "filters.source"),
+    ({"source": ""}, "filters.source"),
+    ({"language": "English"}, "filters.language"),
+    ({"path": "/"}, "filters.path"),
+    ({"since": "yesterday"}, "filters.since"),
+    ({"until": 20261201}, "filters.until"),
+    ({"since": "2026-12-02", "until": "2026-12-01"}, "filters.until"),
+    ({"source": ["x"] * 101}, "filters.source"),
+])
+def test_a_wrong_filter_is_an_error_naming_it(data: dict[str, Any], field: str) -> None:
+    with pytest.raises(FilterError) as caught:
+        Filters.parse(data)
+    assert caught.value.field == field and str(caught.value).startswith(field + ": ")
+
+
+def test_filters_compare_and_key_by_what_they_select() -> None:
+    assert not Filters() and not Filters.parse({}) and not Filters.parse(None)
+    one = Filters.parse({"type": "pdf", "since": "2026-01-01"})
+    assert one and one == Filters.parse({"type": ["pdf"], "since": "2026-01-01"})
+    assert one.as_json() == {"type": ["pdf"], "since": "2026-01-01"}
+    assert hash(one) == hash(Filters(type=("pdf",), since="2026-01-01"))
