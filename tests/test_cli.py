@@ -199,6 +199,25 @@ def test_search_and_ask_take_filters(index: Path, capsys, monkeypatch) -> None: 
                           "error: --filter: 'pdf' is not KEY=VALUE")
 
 
+def test_tags_set_from_the_command_line_filter_the_next_search(index: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    question = "How do I make a locale available to the system?"
+    _, status, _ = run(["status", "--index", str(index), "--json"], capsys, monkeypatch)
+    ch08 = next(d for d in json.loads(status)["documents"] if d["name"] == "ch08.en.html")
+    search = ["search", question, "--index", str(index), "--json", "--filter", "tags=locales"]
+    assert json.loads(run(search, capsys, monkeypatch)[1]) == []
+    code, out, _ = run(["tag", ch08["source_path"], "locales", "debian", "locales", "--index", str(index)],
+                       capsys, monkeypatch)
+    assert code == 0 and out.strip() == f"{ch08['source_path']}: locales debian"
+    assert {r["document_name"] for r in json.loads(run(search, capsys, monkeypatch)[1])} == {"ch08.en.html"}
+    code, out, _ = run(["tag", str(ch08["id"]), "--index", str(index), "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["tags"] == []
+    assert json.loads(run(search, capsys, monkeypatch)[1]) == []
+    assert_one_line_error(run(["tag", str(ch08["id"]), "two words", "--index", str(index)], capsys, monkeypatch),
+                          "error: TAGS: 'two words' is not a tag")
+    assert_one_line_error(run(["tag", "/no/such/file.md", "x", "--index", str(index)], capsys, monkeypatch),
+                          "error: no document '/no/such/file.md' in")
+
+
 def test_a_question_that_is_not_utf8_is_one_line(index: Path) -> None:
     exe = shutil.which("citerag") or str(Path(sys.executable).parent / "citerag")
     done = subprocess.run([exe, "ask", b"apt \xff sources", "--index", str(index)], capture_output=True, timeout=300)

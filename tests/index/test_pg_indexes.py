@@ -28,6 +28,7 @@ from index_contract import (
 )
 from psycopg import IsolationLevel
 
+from citerag.index import hnsw
 from citerag.index.pg_bm25 import PgBm25Index, postings_by_document, term_key
 from citerag.index.pgvector import (
     PgVectorIndex,
@@ -148,6 +149,15 @@ class TestPgVectorIndexGraph(PgVectorCase, VectorIndexContract):
 
     index_type = PgVectorIndex
     options = "-c enable_seqscan=off -c enable_bitmapscan=off -c enable_sort=off"
+
+
+class TestPgVectorIndexGraphFiltered(TestPgVectorIndexGraph):
+    """A filter over more than EXACT_FILTERED_ROWS chunks walks the graph, filtering while it walks: forced here at
+    the contract's size (the planner kept on the graph as above)."""
+
+    @pytest.fixture(autouse=True)
+    def _walk(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(hnsw, "EXACT_FILTERED_ROWS", 0)
 
 
 class TestPgVectorIndexExact(PgVectorCase, VectorIndexContract):

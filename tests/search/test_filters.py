@@ -6,19 +6,19 @@ from typing import Any
 
 import pytest
 
-from citerag.search.filters import FilterError, Filters, path_of, source_of
+from citerag.search.filters import FilterError, Filters, checked_tags, path_of, source_of
 from citerag.types import Document
 
 
 def doc(source_path: str, extractor: str = "markdown", language: str = "en",
-        updated_at: str = "2026-11-30T12:00:00+00:00") -> Document:
+        updated_at: str = "2026-11-30T12:00:00+00:00", tags: tuple[str, ...] = ()) -> Document:
     return Document(id=1, source_path=source_path, name=source_path.rsplit("/", 1)[-1], title="t", sha256="s",
                     status="indexed", error=None, warnings=[], chunk_count=3,
-                    stamps={"extractor": extractor, "language": language}, updated_at=updated_at)
+                    stamps={"extractor": extractor, "language": language}, updated_at=updated_at, tags=list(tags))
 
 
-UPLOAD = doc("upload:guide.pdf", "pdf")
-SYNCED = doc("source:handbook:docs/admin/backup.md", language="de")
+UPLOAD = doc("upload:guide.pdf", "pdf", tags=("sre", "on-call"))
+SYNCED = doc("source:handbook:docs/admin/backup.md", language="de", tags=("sre",))
 CRAWLED = doc("source:site:https://example.org/docs/intro.html", "html")
 LOCAL = doc("/home/me/notes/todo.txt", "text", updated_at="2026-12-01T00:00:00+00:00")
 ALL = [UPLOAD, SYNCED, CRAWLED, LOCAL]
@@ -51,6 +51,9 @@ def test_each_document_knows_its_source_and_its_path_in_it() -> None:
     ({"until": "2026-11-30T11:59:59Z"}, []),
     ({"since": "2026-11-30T12:00:00+00:00", "until": "2026-11-30T13:00:00+01:00"}, [UPLOAD, SYNCED, CRAWLED]),
     ({"type": "markdown", "language": "en"}, []),  # every field must match
+    ({"tags": "sre"}, [UPLOAD, SYNCED]),
+    ({"tags": ["on-call", "hr"]}, [UPLOAD]),
+    ({"tags": "sre", "type": "markdown"}, [SYNCED]),
 ])
 def test_a_document_matches_every_field_set_and_any_value_of_one(data: dict[str, Any],
                                                                    expected: list[Document]) -> None:
@@ -69,11 +72,20 @@ def test_a_document_matches_every_field_set_and_any_value_of_one(data: dict[str,
     ({"until": 20261201}, "filters.until"),
     ({"since": "2026-12-02", "until": "2026-12-01"}, "filters.until"),
     ({"source": ["x"] * 101}, "filters.source"),
+    ({"tags": "two words"}, "filters.tags"),
 ])
 def test_a_wrong_filter_is_an_error_naming_it(data: dict[str, Any], field: str) -> None:
     with pytest.raises(FilterError) as caught:
         Filters.parse(data)
     assert caught.value.field == field and str(caught.value).startswith(field + ": ")
+
+
+def test_tags_are_checked_and_kept_once_in_their_order() -> None:
+    assert checked_tags(["sre", "team:db", "sre", "v1.2/x"]) == ["sre", "team:db", "v1.2/x"]
+    for wrong in (["a b"], [""], ["-x"], ["x" * 65], [f"t{i}" for i in range(33)]):
+        with pytest.raises(FilterError) as caught:
+            checked_tags(wrong)
+        assert caught.value.field == "tags"
 
 
 def test_filters_compare_and_key_by_what_they_select() -> None:

@@ -3,6 +3,7 @@ named when wrong; the same through the OpenAI-compatible endpoint and the MCP to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -14,10 +15,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from service_fixtures import Deployment
 
+from citerag.search.filters import TYPES, Filters
 from corpus_paths import DEV_SET
 
 BACKENDS = ["deployment", "pg_deployment"]
-QUESTIONS = {q["id"]: q for q in map(json.loads, (DEV_SET / "questions.jsonl").read_text(encoding="utf-8").splitlines())}
+QUESTIONS = {q["id"]: q for q in map(json.loads,
+                                      (DEV_SET / "questions.jsonl").read_text(encoding="utf-8").splitlines())}
 RED_DOT = QUESTIONS["dr-12-doc"]  # answered by ch03/ch04 (HTML) only
 
 
@@ -114,6 +117,13 @@ def test_a_wrong_filter_is_a_422_naming_it(deployment: Deployment, filters: Any,
         assert chat.status_code == 422 and "filters" in chat.text, chat.text
 
 
+def test_the_schema_describes_the_filters_citerag_checks(deployment: Deployment) -> None:
+    with deployment.server.client(deployment.reader_a) as c:
+        schema = c.get("/openapi.json").json()["components"]["schemas"]["SearchFilters"]["properties"]
+    assert schema["type"]["anyOf"][0]["enum"] == list(TYPES)
+    assert set(schema) == {f.name for f in dataclasses.fields(Filters)}
+
+
 def test_the_openai_endpoint_and_the_mcp_tools_take_filters(deployment: Deployment) -> None:
     with deployment.server.client(deployment.reader_a) as c:
         body = {"model": "default", "messages": [{"role": "user", "content": RED_DOT["query"]}]}
@@ -137,3 +147,45 @@ def test_the_openai_endpoint_and_the_mcp_tools_take_filters(deployment: Deployme
     assert found["results"] and {r["document_name"] for r in found["results"]} == {"docx-python-docx-paras-tables.docx"}
     assert answer["refused"] and answer["citations"] == []
     assert wrong.is_error and "filters.type" in wrong.content[0].text
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tags_given_at_upload_or_put_later_filter_the_very_next_search(request: pytest.FixtureRequest,
+                                                                       backend: str) -> None:
+    """A tag change is a new generation: the next search, from the retrieval cache or not, sees it."""
+    d = _deployment(request, backend)
+    with d.server.client(d.team_a) as c:
+        docs = {doc["name"]: doc for doc in _documents(c)}
+        pdf, docx = docs["pdf-2col-paper-jner2016-ccby.pdf"], docs["docx-python-docx-paras-tables.docx"]
+        query = {"query": "Lorem ipsum dolor sit amet, consectetur adipiscing elit.", "k": 100, "mode": "dense"}
+        tagged = {**query, "filters": {"tags": f"{backend}-team"}}
+        assert c.post("/v1/collections/default/search", json=tagged).json()["results"] == []
+        put = c.put(f"/v1/collections/default/documents/{pdf['id']}/tags", json={"tags": [f"{backend}-team", "x"]})
+        assert put.status_code == 200 and put.json()["tags"] == [f"{backend}-team", "x"], put.text
+        assert {h["document_id"] for h in c.post("/v1/collections/default/search", json=tagged).json()["results"]} \
+            == {pdf["id"]}
+        # The same bytes uploaded again with tags: the document's tags replaced, nothing re-indexed.
+        again = c.post("/v1/collections/default/documents", data={"tags": [f"{backend}-team"]},
+                       files=[("files", (docx["name"], _original(c, docx["id"])))])
+        assert again.status_code == 202 and again.json()["documents"][0]["existed"], again.text
+        assert c.get(f"/v1/collections/default/documents/{docx['id']}").json()["tags"] == [f"{backend}-team"]
+        found = c.post("/v1/collections/default/search", json=tagged).json()["results"]
+        assert [h["document_id"] for h in found][:2] == [docx["id"], pdf["id"]] and len(found) == 100
+        for doc in (pdf, docx):
+            assert c.put(f"/v1/collections/default/documents/{doc['id']}/tags", json={"tags": []}).status_code == 200
+        assert c.post("/v1/collections/default/search", json=tagged).json()["results"] == []
+        for body, field in (({"tags": ["a b"]}, "tags"), ({"tags": "x"}, "tags"), ({}, "tags")):
+            wrong = c.put(f"/v1/collections/default/documents/{pdf['id']}/tags", json=body)
+            assert wrong.status_code == 422 and wrong.json()["field"].startswith(field), wrong.text
+        wrong = c.post("/v1/collections/default/documents", data={"tags": ["a b"]},
+                       files=[("files", (docx["name"], b"x"))])
+        assert wrong.status_code == 422 and wrong.json()["field"] == "tags", wrong.text
+        assert c.put("/v1/collections/default/documents/99999999/tags", json={"tags": []}).status_code == 404
+    with d.server.client(d.reader_a) as c:  # a reader may filter by tags but not set them
+        assert c.put(f"/v1/collections/default/documents/{pdf['id']}/tags", json={"tags": []}).status_code == 403
+
+
+def _original(c: httpx.Client, document_id: int) -> bytes:
+    response = c.get(f"/v1/collections/default/documents/{document_id}/file")
+    assert response.status_code == 200
+    return response.content

@@ -112,6 +112,10 @@ def _bodies(route: APIRoute, doc_name: str | None, default_files: dict[str, byte
             yield f"ask {i} stream", {"json": {"question": question, "stream": True}}
         yield "ask bm25 k", {"json": {"question": RED_DOT, "mode": "bm25", "k": 50,
                                       "threshold": 2.0, "max_sources": 20}}
+        yield "ask filtered", {"json": {"question": RED_DOT, "filters": {"type": "html", "source": "upload"}}}
+        return
+    if fields == {"tags"}:  # a document's tags
+        yield "tags", {"json": {"tags": ["probe"]}}
         return
     if "trace_id" in fields:  # a label: out of domain (a needle's span would name a document of default)
         yield "label", {"json": {"trace_id": answered, "ood": True}}
@@ -127,6 +131,7 @@ def _bodies(route: APIRoute, doc_name: str | None, default_files: dict[str, byte
             yield f"search {i}", {"json": {"query": query}}
         for mode in ("dense", "bm25", "hybrid"):
             yield f"search {mode}", {"json": {"query": "systemctl status failed unit", "mode": mode, "k": 100}}
+        yield "search filtered", {"json": {"query": RED_DOT, "k": 100, "filters": {"path": "**", "tags": "probe"}}}
         return
     raise AssertionError(f"{route.path}: no probe body for {sorted(body)}; add one that an authorised key "
                          "would succeed with")

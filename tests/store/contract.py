@@ -166,6 +166,22 @@ class StoreContract:
             assert [d.id for d in view.listing()] == sorted([first, *added]) and pending not in \
                 {d.id for d in view.listing()}
 
+    def test_tags_are_replaced_whole_kept_by_new_versions_and_a_change(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc_id = add(store, ROOT_ACCOUNT)
+        assert store.document(doc_id).tags == []  # type: ignore[union-attr]
+        generation = store.generation()
+        assert store.set_tags(doc_id, ["runbook", "sre"]) is True
+        assert store.generation() == generation + 1  # cached results of filtered searches are not found again
+        with store.view() as view:
+            assert view.changed_documents(generation) == [doc_id]
+            assert [d.tags for d in view.listing()] == [["runbook", "sre"]]
+            assert view.documents([doc_id])[doc_id].tags == ["runbook", "sre"]
+        save(store, doc_id, LAN_RANGES, sha256="s2")  # a new version of the document keeps its tags
+        assert store.documents()[0].tags == ["runbook", "sre"]
+        assert store.set_tags(doc_id, []) is True and store.document(doc_id).tags == []  # type: ignore[union-attr]
+        assert store.set_tags(doc_id + 100, ["x"]) is False
+
     def test_a_reindex_replaces_the_version_whole(self, make_store: MakeStore) -> None:
         store = make_store("ix")
         doc_id = add(store, ROOT_ACCOUNT)

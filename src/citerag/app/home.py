@@ -33,7 +33,7 @@ from citerag.jobs.job import Handler, IngestQueue
 from citerag.keystore.base import KeyStore
 from citerag.settings import Settings, load_settings
 from citerag.trace import configure
-from citerag.types import Answer, SearchResult
+from citerag.types import Answer, Document, SearchResult
 
 
 def open_catalog(home: Settings) -> Catalog:
@@ -170,6 +170,15 @@ class Citerag(Shared):
 
     def delete(self, document_id: int) -> None:
         self.collection().delete(document_id)
+
+    def tag(self, document: str, tags: list[str]) -> Document:
+        """Replace the tags of the document with this id, or ingested from this path."""
+        collection = self.collection()
+        doc = collection.document(int(document)) if document.isdecimal() else \
+            collection.store.document_by_path(str(Path(document).resolve()))
+        if doc is None or not collection.store.set_tags(doc.id, tags):
+            raise CiteragError(f"no document {document!r} in {collection.location}")
+        return collection.document(doc.id) or doc
 
     def retry_failed(self, progress: Progress | None = None) -> IngestReport:
         return self.collection().retry_failed(progress)

@@ -38,7 +38,9 @@ class Uploaded:
     conflict: bool = False
 
 
-def upload(collection: Collection, jobs: IngestQueue, name: str, data: bytes) -> Uploaded:
+def upload(collection: Collection, jobs: IngestQueue, name: str, data: bytes,
+           tags: list[str] | None = None) -> Uploaded:
+    """`tags`, when given, replace the document's (checked by the caller: citerag.search.filters.checked_tags)."""
     name = upload_name(name)  # the route checked it already (to name its field); every other caller is held here
     sha = collection.save_original(data)  # before the document exists, so its job always finds the bytes
     accepted = collection.accept(Source(UPLOAD_SCHEME + name, data, name))
@@ -46,9 +48,19 @@ def upload(collection: Collection, jobs: IngestQueue, name: str, data: bytes) ->
     if doc.sha256 != sha:
         collection.forget_original(sha)
         return Uploaded(doc, True, sha, conflict=True)
+    if tags is not None and tags != doc.tags:  # before its job runs: indexing keeps them
+        collection.store.set_tags(doc.id, tags)
+        doc.tags = list(tags)
     if not accepted.existed:
         jobs.submit(Job(collection.name, doc.id, doc.name, sha))
     return Uploaded(doc, accepted.existed, sha)
+
+
+def set_tags(collection: Collection, doc: Document, tags: list[str]) -> Document:
+    """Replace the document's tags: a new generation, so no cached result of a filtered search outlives them."""
+    if not collection.store.set_tags(doc.id, tags):
+        raise CiteragError(f"no document {doc.id} in collection {collection.name!r}")
+    return collection.document(doc.id) or doc
 
 
 def replace(collection: Collection, jobs: IngestQueue, doc: Document, data: bytes) -> str:

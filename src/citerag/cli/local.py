@@ -12,7 +12,7 @@ import click
 
 from citerag.app.files import chunk_file
 from citerag.app.home import Citerag
-from citerag.app.models import AskOptions, Filters, RefusalStatus, SearchOptions
+from citerag.app.models import AskOptions, Filters, RefusalStatus, SearchOptions, checked_tags
 from citerag.cli.options import (
     filter_option,
     generator_options,
@@ -216,6 +216,21 @@ def chunk(file: Path, strategy: str, title: str | None, target: int, overlap: in
         click.echo(f"{c.start:>7}-{c.end:<7} [{c.section}] {' '.join(c.content.split())[:90]}")
 
 
+@click.command("tag")
+@click.argument("document")
+@click.argument("tags", nargs=-1)
+@index_option
+@json_option()
+def tag(document: str, tags: tuple[str, ...], index: str | None, as_json: bool) -> None:
+    """Set a document's tags (none: clear them), for `--filter tags=T`; DOCUMENT is its id or its path."""
+    with _open(load_settings(index)) as app:
+        doc = app.tag(document, checked_tags(tags, "TAGS"))
+    if as_json:
+        _emit_json({"id": doc.id, "source_path": doc.source_path, "tags": doc.tags})
+    else:
+        click.echo(f"{doc.source_path}: {' '.join(doc.tags) if doc.tags else 'no tags'}")
+
+
 @click.command("status")
 @index_option
 @json_option()
@@ -276,4 +291,4 @@ def train_reranker(index: str | None, out: Path | None, pairs: int, epochs: int,
                f"use it with: citerag ask --rerank {target} ...  (or rerank_model = \"{target}\" in config.toml)")
 
 
-COMMANDS = [ingest, calibrate, retry, reindex, ask, search, chunk, status, train_reranker]
+COMMANDS = [ingest, calibrate, retry, reindex, ask, search, tag, chunk, status, train_reranker]

@@ -82,12 +82,31 @@ class ExactIndex:
         return self.rows.best(self.scores(query), k, usable=usable)
 
     def search_rows(self, query: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k best among these live rows only (an approximate index's unindexed delta)."""
+        """The k best among these live rows only (a filter's documents, an approximate index's unindexed delta)."""
         if not len(rows) or k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        sims = self.vectors(rows) @ np.asarray(query, dtype=np.float32)
-        order = np.lexsort((self.rows.ids[rows], -sims))[:k]
-        return self.rows.ids[rows[order]], sims[order].astype(np.float64)
+        sims = self.row_scores(rows, np.asarray(query, dtype=np.float32))
+        return self.rows.best(sims, k, usable=None, among=rows)
+
+    def row_scores(self, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Cosine similarity of each of these rows (ascending). A document's chunks are appended together, so a
+        filter's rows come in runs: each run is scored in place in the mapped file, where copying the rows out
+        first (fancy indexing) cost more than scoring all 100k rows once a filter kept 5 % of them."""
+        cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+        if len(cuts) * 16 > len(rows):  # scattered rows: one copy is cheaper than many small products
+            return self.vectors(rows) @ q
+        stored, tail = len(self._stored), None
+        out = np.empty(len(rows), dtype=np.float32)
+        for at, run in zip(np.concatenate([[0], cuts]).tolist(), np.split(rows, cuts), strict=True):
+            first, last = int(run[0]), int(run[-1]) + 1
+            if last <= stored:
+                out[at:at + len(run)] = self._stored[first:last] @ q
+            elif first >= stored:
+                tail = self._tail_rows() if tail is None else tail
+                out[at:at + len(run)] = tail[first - stored:last - stored] @ q
+            else:
+                out[at:at + len(run)] = self.vectors(run) @ q
+        return out
 
     def similarity(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
         rows = self.rows.rows_of(ids)

@@ -46,7 +46,7 @@ from psycopg import Connection, Cursor
 from psycopg.rows import TupleRow, tuple_row
 
 from citerag.index.analyzer import REFERENCE, Analyzer
-from citerag.index.base import idf_mass
+from citerag.index.base import Allowed, idf_mass
 from citerag.index.pg_bm25_segments import (
     INT4,
     INT8,
@@ -83,6 +83,15 @@ SELECT 2, segment, term, postings, NULL,
             THEN substring(data FROM 1 FOR 4 * postings) END,
        NULL
 FROM bm25_terms WHERE collection_id = %(c)s AND model = %(m)s AND term = ANY(%(terms)s)
+"""
+# A filtered search's kind 3, in the same statement: the allowed documents' live chunks (count, their segments and
+# positions as arrays), placed in the snapshot the postings are read in (a merge may move them between statements).
+_READ_ALLOWED = """
+UNION ALL
+SELECT 3, NULL, NULL, count(*), NULL,
+       string_agg(int8send(segment), ''::bytea ORDER BY segment, position),
+       string_agg(int4send(position), ''::bytea ORDER BY segment, position)
+FROM lexical_chunks WHERE collection_id = %(c)s AND model = %(m)s AND document_id = ANY(%(docs)s::bigint[])
 """
 # The chunk ids at (segment, position): eight bytes each, read without the rest of the segment's array.
 _CHUNK_IDS = """
@@ -123,6 +132,7 @@ class _Read:
     offsets: np.ndarray  # each segment's first dense position
     postings: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # positions, tfs, lengths (full reads only)
     df: dict[str, int]
+    allowed: np.ndarray | None = None  # a filtered read's: the dense positions of the allowed live chunks
 
 
 class _Moved(Exception):
@@ -214,9 +224,11 @@ class PgBm25Index:
                         {"c": self.collection_id, "docs": docs})
 
     # Reading
-    def _read(self, cur: Cursor[TupleRow], terms: list[str], full: bool) -> _Read:
-        rows = cur.execute(_READ, {"c": self.collection_id, "m": self.model, "terms": sorted(set(terms)),
-                                   "full": full}).fetchall()
+    def _read(self, cur: Cursor[TupleRow], terms: list[str], full: bool, documents: list[int] | None = None) -> _Read:
+        params = {"c": self.collection_id, "m": self.model, "terms": sorted(set(terms)), "full": full}
+        if documents is not None:
+            params["docs"] = documents
+        rows = cur.execute(_READ if documents is None else _READ + _READ_ALLOWED, params).fetchall()
         segments = sorted((int(r[1]), int(r[3]), int(r[4])) for r in rows if r[0] == 0)
         ids = np.array([s[0] for s in segments], dtype=np.int64)
         sizes = np.array([s[1] for s in segments], dtype=np.int64)
@@ -242,6 +254,12 @@ class PgBm25Index:
                 per_word[term_of[i]] += int(row[3]) if row[5] is None or live is None else \
                     int(live[first[i] + np.frombuffer(row[5], dtype=INT4)].sum())
             return _Read(n, total, int(offsets[-1]), ids, offsets, {}, dict(zip(words, per_word.tolist(), strict=True)))
+        allowed = None
+        if documents is not None:
+            chosen = next(r for r in rows if r[0] == 3)
+            allowed = np.zeros(0, dtype=np.int64) if not chosen[3] else \
+                offsets[np.searchsorted(ids, np.frombuffer(chosen[5], dtype=INT8))] + \
+                np.frombuffer(chosen[6], dtype=INT4)
         where, tfs, lengths = unpack([(r[5], int(r[3]), int(f)) for r, f in zip(found, first.tolist(), strict=True)])
         word_of = np.repeat(term_of, counts)
         if live is not None:
@@ -255,24 +273,27 @@ class PgBm25Index:
                 a, b = bounds[i], bounds[i + 1]
                 postings[word] = (where[a:b], tfs[a:b], lengths[a:b])
                 df[word] = b - a
-        return _Read(n, total, int(offsets[-1]), ids, offsets, postings, df)
+        return _Read(n, total, int(offsets[-1]), ids, offsets, postings, df, allowed)
 
-    def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: str, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Filtered, the same scores (N, df and the mean length over every live chunk), ranked over the allowed
+        chunks only: the postings are scored whole and the other positions masked before the k best are chosen."""
         # A query too short to detect is taken to be English: the collection's languages are not stored here.
         words = [term_key(w) for w in self.analyzer.terms(query, fallback=DEFAULT)]
-        if not words or k <= 0:
+        if not words or k <= 0 or (allowed is not None and not len(allowed.documents)):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        documents = None if allowed is None else allowed.documents.tolist()
         for _ in range(3):
             try:
-                return self._search(words, k)
+                return self._search(words, k, documents)
             except _Moved:
                 continue
         raise RuntimeError("BM25 segments kept moving under a READ COMMITTED search: search in a transaction")
 
-    def _search(self, words: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _search(self, words: list[str], k: int, documents: list[int] | None) -> tuple[np.ndarray, np.ndarray]:
         empty = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         with self._cursor(binary=True) as cur:  # bytea as it is, not as hex
-            read = self._read(cur, words, full=True)
+            read = self._read(cur, words, full=True, documents=documents)
             if not read.n or not read.postings:
                 return empty
             out = np.zeros(read.size, dtype=np.float64)
@@ -292,7 +313,12 @@ class PgBm25Index:
                                      idf * (f * (k1 + 1)) / (f + k1 * (1 - b + (b * length) / avg)))
                 rows, weight = weights[word]
                 out[rows] += weight
-            scoring = np.flatnonzero(out > 0)
+            usable = out > 0
+            if read.allowed is not None:  # filtered: only the allowed chunks compete for the k best
+                allowed = np.zeros(read.size, dtype=bool)
+                allowed[read.allowed] = True
+                usable &= allowed
+            scoring = np.flatnonzero(usable)
             if not len(scoring):
                 return empty
             if len(scoring) > k:  # the k best and every tie of the k-th: the order among ties is by chunk id

@@ -9,7 +9,10 @@ HNSW indexes are partial, one per dimension (`embedding::vector(N) ... WHERE dim
 first written. The planner uses a partial index only where it can prove the predicate, so `dim = N` and the cast
 are literals in the SQL text, never bind parameters. Collection and model are filtered while the graph is walked
 (pgvector's iterative scan), so one small collection among large ones still gets k answers; where the scan gives
-up (hnsw.max_scan_tuples) or the collection holds fewer rows than asked, the exact scan answers instead.
+up (hnsw.max_scan_tuples) or the collection holds fewer rows than asked, the exact scan answers instead. A
+filtered search (`Allowed`) adds its documents to the same WHERE clause: over at most EXACT_FILTERED_ROWS chunks
+(the embedded HNSW index's threshold) the exact scan answers, reading only those documents' rows (index
+chunk_vectors_by_document); above it the walk filters them as it does the collection.
 
 Similarities returned are the exact inner product (cosine: the vectors are unit length) computed by PostgreSQL,
 by either path, so a chunk has the same similarity whichever path found it.
@@ -27,6 +30,8 @@ from psycopg import Connection, Cursor
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow, tuple_row
 
+from citerag.index import hnsw
+from citerag.index.base import Allowed
 from citerag.store.base import ChunkBatch
 
 # Measured on the scale benchmark's 100k vectors (near-copies of the 1,343 dev-set chunk vectors, so a query's
@@ -64,19 +69,24 @@ def search_settings(fetch: int) -> list[str]:
             "SET LOCAL hnsw.iterative_scan = relaxed_order"]
 
 
-def approximate_sql(dim: int, limit: int) -> str:
-    """The graph's nearest rows; parameters (query, collection id, model, query). Dimension and limit are
-    literals: the partial index's predicate must be provable, and a generic plan must still see a LIMIT."""
+def _documents(filtered: bool) -> str:
+    return " AND document_id = ANY(%s::bigint[])" if filtered else ""
+
+
+def approximate_sql(dim: int, limit: int, filtered: bool = False) -> str:
+    """The graph's nearest rows; parameters (query, collection id, model, [document ids,] query), the document
+    ids when `filtered`. Dimension and limit are literals: the partial index's predicate must be provable, and a
+    generic plan must still see a LIMIT."""
     return (f"SELECT chunk_id, (embedding <#> %s::vector) * -1 FROM chunk_vectors "
-            f"WHERE collection_id = %s AND model = %s AND dim = {int(dim)} "
+            f"WHERE collection_id = %s AND model = %s AND dim = {int(dim)}{_documents(filtered)} "
             f"ORDER BY embedding::vector({int(dim)}) <=> %s::vector LIMIT {int(limit)}")
 
 
-def exact_sql(dim: int, limit: int) -> str:
-    """Every row of the collection and model scored, on the uncast column that no index covers; parameters
-    (query, collection id, model)."""
+def exact_sql(dim: int, limit: int, filtered: bool = False) -> str:
+    """Every row of the collection and model (of the documents, when `filtered`) scored, on the uncast column
+    that no index covers; parameters (query, collection id, model[, document ids])."""
     return (f"SELECT chunk_id, (embedding <#> %s::vector) * -1 AS sim FROM chunk_vectors "
-            f"WHERE collection_id = %s AND model = %s AND dim = {int(dim)} "
+            f"WHERE collection_id = %s AND model = %s AND dim = {int(dim)}{_documents(filtered)} "
             f"ORDER BY sim DESC, chunk_id LIMIT {int(limit)}")
 
 
@@ -213,25 +223,35 @@ class PgVectorIndex:
             raise ValueError("a query vector with NaN or infinite values")
         return vector_literal(q)
 
-    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: np.ndarray, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
         q = self._query(query)
-        if q is None or k <= 0:
+        if q is None or k <= 0 or (allowed is not None and not len(allowed.documents)):
             return _empty()
+        documents = None if allowed is None else allowed.documents.tolist()
+        # A filter keeping few chunks is scored exactly: a walk would visit mostly other documents' rows.
+        walk = allowed is None or allowed.chunks > hnsw.EXACT_FILTERED_ROWS
         with self._read_transaction(), self._cursor() as cur:
-            if self.approximate and self.dim <= HNSW_MAX_DIM:
-                found = self._approximate(cur, q, k)
+            if walk and self.approximate and self.dim <= HNSW_MAX_DIM:
+                found = self._approximate(cur, q, k, documents)
                 if found is not None:
                     return found
-            return self._exact(cur, q, k)
+            return self._exact(cur, q, k, documents)
 
-    def _approximate(self, cur: Cursor[TupleRow], q: str, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The graph's answer, or None where it found fewer rows than fetched (a small collection, or a scan
-        that gave up): then the exact scan answers."""
+    def _approximate(self, cur: Cursor[TupleRow], q: str, k: int,
+                     documents: list[int] | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The graph's answer, or None where it found fewer rows than fetched (a small collection or filter, or a
+        scan that gave up): then the exact scan answers."""
         fetch = k + FETCH_MARGIN
+        filtered = documents is not None
         while fetch <= MAX_EF_SEARCH:
             for statement in search_settings(fetch):
                 cur.execute(statement)
-            rows = cur.execute(approximate_sql(self.dim, fetch), (q, self.collection_id, self.model, q)).fetchall()
+            params = (q, self.collection_id, self.model, *([documents] if filtered else []), q)
+            # Filtered, never prepared: a generic plan cannot see how many rows the document list keeps (it guesses
+            # a few hundred) and scores every one of them through chunk_vectors_by_document, 10 times the walk's
+            # time at 50,000 of 100,000 rows (benchmarks/bench_filtered.py); a custom plan chooses by the list.
+            rows = cur.execute(approximate_sql(self.dim, fetch, filtered), params,
+                               prepare=False if filtered else None).fetchall()
             if len(rows) < fetch:
                 return None
             ids, sims = _best(rows, len(rows))
@@ -242,8 +262,11 @@ class PgVectorIndex:
             fetch *= 2
         return None
 
-    def _exact(self, cur: Cursor[TupleRow], q: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return _best(cur.execute(exact_sql(self.dim, k), (q, self.collection_id, self.model)).fetchall(), k)
+    def _exact(self, cur: Cursor[TupleRow], q: str, k: int,
+               documents: list[int] | None) -> tuple[np.ndarray, np.ndarray]:
+        filtered = documents is not None
+        params = (q, self.collection_id, self.model, *([documents] if filtered else []))
+        return _best(cur.execute(exact_sql(self.dim, k, filtered), params).fetchall(), k)
 
     def similarity(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
         wanted = np.asarray(ids, dtype=np.int64).reshape(-1)

@@ -27,7 +27,9 @@ LOCAL = "local"  # a path given to `citerag ingest`
 TYPES = ("csv", "docx", "epub", "html", "markdown", "ods", "odt", "pdf", "text", "transcript", "xlsx")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _LANGUAGE = re.compile(r"[a-z]{2,3}\Z")
+TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}\Z")
 MAX_VALUES = 100
+MAX_TAGS = 32  # on one document
 
 
 class FilterError(CiteragError):
@@ -48,6 +50,7 @@ class Filters:
     type: tuple[str, ...] = ()
     path: tuple[str, ...] = ()  # globs over the document's path in its origin (`docs/**/*.md`, `**/README.md`)
     language: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()  # any one of the document's tags
     since: str | None = None
     until: str | None = None
 
@@ -66,7 +69,8 @@ class Filters:
         for key in data:
             if key not in known:
                 raise FilterError(f"{prefix}.{key}", f"unknown filter; known: {', '.join(sorted(known))}")
-        values = {key: _strings(data.get(key), f"{prefix}.{key}") for key in ("source", "type", "path", "language")}
+        values = {key: _strings(data.get(key), f"{prefix}.{key}")
+                  for key in ("source", "type", "path", "language", "tags")}
         for value in values["source"]:
             if not _NAME.match(value):
                 raise FilterError(f"{prefix}.source", f"{value!r} is not a source name")
@@ -76,6 +80,9 @@ class Filters:
         for value in values["language"]:
             if not _LANGUAGE.match(value):
                 raise FilterError(f"{prefix}.language", f"{value!r} is not a language code such as en or de")
+        for value in values["tags"]:
+            if not TAG.match(value):
+                raise FilterError(f"{prefix}.tags", f"{value!r} is not a tag")
         for value in values["path"]:
             if not value.strip("/") or len(value) > 1000:
                 raise FilterError(f"{prefix}.path", f"{value!r} is not a path pattern")
@@ -84,7 +91,7 @@ class Filters:
             raise FilterError(f"{prefix}.until", "is before since")
         since, until = dates["since"], dates["until"]
         return cls(tuple(values["source"]), tuple(values["type"]), tuple(values["path"]), tuple(values["language"]),
-                   None if since is None else since[0], None if until is None else until[0])
+                   tuple(values["tags"]), None if since is None else since[0], None if until is None else until[0])
 
     def as_json(self) -> dict[str, Any]:
         """The fields that are set (a cache key's part, a trace's attribute)."""
@@ -97,6 +104,8 @@ class Filters:
         if self.type and document.stamps.get("extractor") not in self.type:
             return False
         if self.language and document.stamps.get("language") not in self.language:
+            return False
+        if self.tags and not set(self.tags) & set(document.tags):
             return False
         # A pattern is read without its leading '/', so the path is too (an ingested file's is absolute).
         if self.path and not any(glob_regex(p).match(path_of(document).lstrip("/")) for p in self.path):
@@ -117,6 +126,19 @@ class Filters:
         """The view's indexed documents that match, and the chunks they hold."""
         chosen = [d for d in view.listing() if self.matches(d)]
         return Allowed.of((d.id for d in chosen), sum(d.chunk_count for d in chosen))
+
+
+def checked_tags(tags: Iterable[str], field: str = "tags") -> list[str]:
+    """A document's tags as given, checked (a FilterError names `field`), without repeats, in their order."""
+    out: list[str] = []
+    for tag in tags:
+        if not isinstance(tag, str) or not TAG.match(tag):
+            raise FilterError(field, f"{tag!r} is not a tag: letters, digits and . _ : / -, at most 64")
+        if tag not in out:
+            out.append(tag)
+    if len(out) > MAX_TAGS:
+        raise FilterError(field, f"at most {MAX_TAGS} tags")
+    return out
 
 
 def source_of(document: Document) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
 
 from citerag.app.home import COLLECTION_NAME  # the application core's rule, one for the CLI and the API
 
@@ -34,20 +34,40 @@ class CreateCollection(_Body):
     settings: CollectionSettings = Field(default_factory=CollectionSettings)
 
 
-_Values = str | list[str] | None
+def _values(value: Any, description: str) -> Any:
+    """One value or a list of them (any matches). The values are checked by citerag's filters (one rule for the API,
+    the CLI and MCP); `value` only describes them to the schema's readers (and its fuzzer)."""
+    return Field(default=None, description=description,
+                 json_schema_extra=lambda schema: _each(schema, value))
+
+
+def _each(schema: dict[str, Any], value: Any) -> None:
+    item = TypeAdapter(value).json_schema()
+    schema["anyOf"] = [item, {"type": "array", "items": item, "maxItems": 100}, {"type": "null"}]
+
+
+_Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+_Type = Literal["csv", "docx", "epub", "html", "markdown", "ods", "odt", "pdf", "text", "transcript", "xlsx"]
+_Glob = Annotated[str, StringConstraints(min_length=1, max_length=1000, pattern=r"[^/]")]
+_Language = Annotated[str, StringConstraints(pattern=r"^[a-z]{2,3}$")]
+_Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")]
+_ISO = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?$"  # a date, or date and time
+_Instant = Annotated[str, StringConstraints(pattern=_ISO)]
+_Many = str | list[str] | None
 
 
 class SearchFilters(_Body):
     """Which documents may be searched: every field set must match, any one of a field's values; applied inside
     each index, so k results are the best k that match."""
 
-    source: _Values = Field(default=None, description='A source\'s name, "upload" or "local".')
-    type: _Values = Field(default=None, description="The format read: pdf, html, markdown, text, docx, xlsx, ...")
-    path: _Values = Field(default=None, description="A glob over the document's path in its origin (docs/**/*.md).")
-    language: _Values = Field(default=None, description="The document's language code (en, de).")
-    since: str | None = Field(default=None, description="Indexed at or after this ISO 8601 date or time.")
-    until: str | None = Field(default=None, description="Indexed at or before this ISO 8601 date (the whole day) "
-                                                        "or time.")
+    source: _Many = _values(_Name, 'A source\'s name, "upload" (sent to the API) or "local" (`citerag ingest`).')
+    type: _Many = _values(_Type, "The format the document was read as.")
+    path: _Many = _values(_Glob, "A glob over the document's path in its origin: docs/**/*.md, **/README.md, a URL.")
+    language: _Many = _values(_Language, "The document's language code (en, de).")
+    tags: _Many = _values(_Tag, "One of the document's tags.")
+    since: _Instant | None = Field(default=None, description="Indexed at or after this ISO 8601 date or time.")
+    until: _Instant | None = Field(default=None, description="Indexed at or before this ISO 8601 date (the whole "
+                                                             "day) or time.")
 
 
 class SearchRequest(_Body):
@@ -66,6 +86,11 @@ class AskRequest(_Body):
     filters: SearchFilters | None = None
     stream: bool = Field(default=False, description="Answer as server-sent events: retrieval, citation, delta, "
                                                     "final or refusal, error, done.")
+
+
+class TagsRequest(_Body):
+    tags: list[str] = Field(max_length=32, description="The document's tags, replacing its own: letters, digits and "
+                                                        ". _ : / -, at most 64 each.")
 
 
 class SessionRequest(_Body):

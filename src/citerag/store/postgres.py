@@ -281,6 +281,14 @@ class PostgresStore:
                             (error, self.collection_id, doc_id)).rowcount:
                 self._bump(conn, doc_id)
 
+    def set_tags(self, doc_id: int, tags: list[str]) -> bool:
+        with self._write() as conn:
+            if not conn.execute("UPDATE documents SET tags = %s::jsonb WHERE collection_id = %s AND id = %s",
+                                (json.dumps(tags), self.collection_id, doc_id)).rowcount:
+                return False
+            self._bump(conn, doc_id)
+            return True
+
     def delete(self, doc_id: int) -> None:
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM documents WHERE collection_id = %s AND id = %s FOR UPDATE",

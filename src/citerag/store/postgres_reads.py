@@ -15,13 +15,13 @@ from citerag.types import Document, Locator, StoredChunk
 if TYPE_CHECKING:  # the [postgres] extra: store/postgres.py says what to install when it is missing
     import psycopg
 
-DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at"
+DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at, tags"
 
 
 def document(row: Sequence[Any]) -> Document:
     return Document(id=row[0], source_path=row[1], name=row[2], title=row[3], sha256=row[4], status=row[5],
                     error=row[6], warnings=list(row[7]), chunk_count=row[8], stamps=dict(row[9]),
-                    updated_at=row[10])
+                    updated_at=row[10], tags=list(row[11]))
 
 
 def array(value: Any) -> np.ndarray:

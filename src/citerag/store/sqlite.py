@@ -285,6 +285,10 @@ class SqliteStore:
         with self._write() as db:
             writes.set_error(db, doc_id, error)
 
+    def set_tags(self, doc_id: int, tags: list[str]) -> bool:
+        with self._write() as db:
+            return writes.set_tags(db, doc_id, tags)
+
     def delete(self, doc_id: int) -> None:
         with self._write() as db:
             writes.delete(db, doc_id)

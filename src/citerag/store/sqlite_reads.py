@@ -13,13 +13,13 @@ import numpy as np
 from citerag.store.base import ChunkBatch, Snapshot
 from citerag.types import Document, Locator, StoredChunk
 
-DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at"
+DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at, tags"
 
 
 def document(row: tuple[Any, ...]) -> Document:
     return Document(id=row[0], source_path=row[1], name=row[2], title=row[3], sha256=row[4], status=row[5],
                     error=row[6], warnings=json.loads(row[7]), chunk_count=row[8],
-                    stamps=json.loads(row[9]), updated_at=row[10])
+                    stamps=json.loads(row[9]), updated_at=row[10], tags=json.loads(row[11]))
 
 
 def locators(value: str) -> list[Locator]:

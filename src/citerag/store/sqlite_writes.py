@@ -98,6 +98,13 @@ def set_error(db: sqlite3.Connection, doc_id: int, error: str | None) -> None:
         _bump_generation(db, doc_id)
 
 
+def set_tags(db: sqlite3.Connection, doc_id: int, tags: list[str]) -> bool:
+    if not db.execute("UPDATE documents SET tags = ? WHERE id = ?", (json.dumps(tags), doc_id)).rowcount:
+        return False
+    _bump_generation(db, doc_id)
+    return True
+
+
 def delete(db: sqlite3.Connection, doc_id: int) -> None:
     if db.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount:
         _bump_generation(db, doc_id)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Path, Query, Request, Response, UploadFile
+from fastapi import APIRouter, File, Form, Path, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse, PlainTextResponse
 from pydantic import BeforeValidator
 from sse_starlette import EventSourceResponse
@@ -18,10 +18,12 @@ from starlette.concurrency import run_in_threadpool
 
 from citerag.app import uploads
 from citerag.app.collection import Collection
+from citerag.app.models import FilterError, checked_tags
 from citerag.app.names import UnusableName, upload_name
 from citerag.service.auth import Readable, ServiceDep, Writable
 from citerag.service.errors import ApiError
 from citerag.service.present import HTML_SUFFIXES, document_json, document_url
+from citerag.service.schemas import TagsRequest
 from citerag.service.state import Service
 from citerag.types import Document
 
@@ -74,15 +76,26 @@ def list_documents(collection: Readable, svc: ServiceDep) -> dict[str, Any]:
     return {"documents": [_json(svc, collection, d) for d in collection.documents()]}
 
 
+def _tags(values: list[str], field: str) -> list[str]:
+    try:
+        return checked_tags(values, field)
+    except FilterError as exc:
+        raise ApiError(422, str(exc), field) from None
+
+
 @router.post("", status_code=202)
 def upload(files: Annotated[list[UploadFile], File(description="One or more files (repeat the field).")],
-           collection: Writable, svc: ServiceDep) -> dict[str, Any]:
+           collection: Writable, svc: ServiceDep,
+           tags: Annotated[list[str] | None, Form(description="Tags for every file (repeat the field); they "
+                                                               "replace an existing document's.")] = None,
+           ) -> dict[str, Any]:
     if len(files) > svc.config.max_files:
         raise ApiError(413, f"{len(files)} files in one request; at most {svc.config.max_files}", "files")
     named = [(_file_name(f, "files"), f) for f in files]  # every name checked before anything is stored
+    given = None if tags is None else _tags(tags, "tags")
     out = []
     for name, file in named:
-        taken = uploads.upload(collection, svc.jobs, name, _read(file, collection.settings.max_file_mb))
+        taken = uploads.upload(collection, svc.jobs, name, _read(file, collection.settings.max_file_mb), given)
         doc = taken.document
         if taken.conflict:
             raise ApiError(409, f"a different {name!r} is already document {doc.id}: replace it with "
@@ -136,6 +149,13 @@ def replace(document_id: DocumentId, file: Annotated[UploadFile, File(descriptio
         raise ApiError(422, f"the new version must have the same format as {doc.name!r}", "file")
     sha = uploads.replace(collection, svc.jobs, doc, _read(file, collection.settings.max_file_mb))
     return {**_json(svc, collection, doc), "submitted_sha256": sha}
+
+
+@router.put("/{document_id}/tags")
+def put_tags(document_id: DocumentId, request: TagsRequest, collection: Writable, svc: ServiceDep) -> dict[str, Any]:
+    """Replace the document's tags; the next search after this returns sees them (a new generation)."""
+    doc = _document(collection, document_id)
+    return _json(svc, collection, uploads.set_tags(collection, doc, _tags(request.tags, "tags")))
 
 
 @router.delete("/{document_id}", status_code=204)
