@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from trace_fixtures import ASKED, NOTES_V1, NOTES_V2, open_app
 
+from citerag.app.models import AskOptions, Filters
 from citerag.cli import cli
 from citerag.config_file import set_in_config_file
 from citerag.ingest.files import Source
@@ -50,3 +51,19 @@ def test_replay_of_an_unknown_trace_is_one_line(tmp_path: Path) -> None:
     open_app(tmp_path).close()
     result = CliRunner().invoke(cli, ["replay", "0" * 32, "--index", str(tmp_path)])
     assert result.exit_code != 0 and "no trace" in str(result.exception)
+
+
+def test_a_filtered_question_is_replayed_with_its_filters(tmp_path: Path, exported: InMemorySpanExporter) -> None:
+    index = tmp_path / "index"
+    with open_app(index, trace_text=True) as app:
+        app.index_document(Source("notes.md", NOTES_V1.encode()))
+        app.index_document(Source("other.md", b"# Other\n\nQuillby Island has a lighthouse on its north cape.\n"))
+        filtered = app.ask(ASKED, AskOptions(filters=Filters.parse({"path": "other.md"})))
+        assert filtered.trace_id and all(c.document_name == "other.md" for c in filtered.citations)
+        kept = app.collection().trace(filtered.trace_id)
+        assert kept is not None and kept["options"]["filters"] == {"path": ["other.md"]}
+    set_in_config_file(index, "trace_text", True)
+    result = CliRunner().invoke(cli, ["replay", filtered.trace_id, "--index", str(index)])
+    assert result.exit_code == 0, result.output
+    # Asked again with the same filter: the same hits (notes.md, never allowed, is not among them).
+    assert "hits: unchanged (1)" in result.output.splitlines(), result.output

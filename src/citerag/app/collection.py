@@ -266,13 +266,13 @@ class Collection:
         """See citerag.app.query.Query.ask_events; a source's document cited with where it lives (app/links.py)."""
         return links.events(self.store, Query.ask_events(self, question, options, followup))
 
-    def trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None) -> Sink | None:
-        """Where this collection's finished operations go: its trace store (None when it keeps none), with the
-        query's options and, if the collection allows it (trace_text), its question and answer."""
-        store = self.traces
-        if store is None:
+    def trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None,
+                   filters: dict[str, Any] | None = None) -> Sink | None:
+        """Where finished operations go (None: nowhere), with the query's options and filters and, where the
+        collection keeps texts (trace_text), its question and answer."""
+        if (store := self.traces) is None:
             return None
-        options = trace_options(settings) if settings is not None else {}
+        options = (trace_options(settings) if settings is not None else {}) | ({"filters": filters} if filters else {})
         kept = texts if self.settings.trace_text else None
 
         def write(spans: Sequence[Any]) -> None:  # queued for the store's writer thread: never on the request path

@@ -59,7 +59,7 @@ class Query:
         options = options or SearchOptions()
         self = cls(host, host.settings.with_changes(**options.changes()), options.filters)
         settings = self.settings
-        with sink(host.trace_sink(settings, {"question": query})), \
+        with sink(host.trace_sink(settings, {"question": query}, self.filters.as_json())), \
                 tracer.start_as_current_span("citerag.search", attributes=self._operation("search")) as span:
             vector = self._embed(query)
             cached = self._cached_search(query)
@@ -97,7 +97,8 @@ class Query:
         texts = {"question": question, **({"asked": followup.asked} if followup is not None else {})}
         span = tracer.start_span("citerag.ask", attributes={**self._operation("ask"),
                                                            **request_attributes(followup, options)})
-        return traced_events(span, self._ask(question, span, texts, rule.rule), host.trace_sink(settings, texts))
+        return traced_events(span, self._ask(question, span, texts, rule.rule),
+                             host.trace_sink(settings, texts, self.filters.as_json()))
 
     def _ask(self, question: str, span: Any, texts: dict[str, str], rule: str) -> Iterator[tuple[str, Any]]:
         started = time.perf_counter()

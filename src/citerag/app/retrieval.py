@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,7 +40,8 @@ class Host(Protocol):
 
     def persist_indexes(self) -> None: ...
 
-    def trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None) -> Sink | None: ...
+    def trace_sink(self, settings: Settings | None, texts: dict[str, str] | None = None,
+                   filters: dict[str, Any] | None = None) -> Sink | None: ...
 
 
 @contextmanager

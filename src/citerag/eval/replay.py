@@ -107,7 +107,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Replay:
 
 def replay(collection: Any, old: dict[str, Any]) -> Replay:
     """Ask or search again as `old` did, through the collection (citerag.app.collection.Collection), and compare."""
-    from citerag.app.models import AskOptions, SearchOptions
+    from citerag.app.models import AskOptions, Filters, SearchOptions
     from citerag.errors import CiteragError
 
     if not old.get("text_kept"):
@@ -116,12 +116,13 @@ def replay(collection: Any, old: dict[str, Any]) -> Replay:
     o = old["options"]
     if old["operation"] == "search":
         trace_id = collection.search(old["question"], SearchOptions(
-            mode=o["mode"], k=o["k"], rerank_model=o["rerank_model"], shortlist=o["shortlist"])).trace_id
+            mode=o["mode"], k=o["k"], rerank_model=o["rerank_model"], shortlist=o["shortlist"],
+            filters=Filters.parse(o.get("filters")))).trace_id
     elif old["operation"] == "ask":
         trace_id = collection.ask(old["question"], AskOptions(
             mode=o["mode"], k=o["k"], rerank_model=o["rerank_model"], shortlist=o["shortlist"],
             threshold=o["threshold"], max_sources=o["max_sources"], generator=o["generator"],
-            lexical_threshold=o.get("lexical_threshold"))).trace_id
+            lexical_threshold=o.get("lexical_threshold"), filters=Filters.parse(o.get("filters")))).trace_id
     else:
         raise CiteragError(f"trace {old['trace_id']} is a {old['operation']}, not a query: only queries replay")
     new = collection.trace(trace_id) if trace_id else None
