@@ -1,14 +1,12 @@
 """The shared backend: PostgreSQL with pgvector, selected by `store_url = postgresql://...`.
 
-One database holds many collections; each store object is one collection (a row of `collections`) and every
-statement names its `collection_id`. A document's rows (document, chunks, vectors, postings, change-log entry,
-generation) change in one transaction, so a reader, on the primary or on a streaming replica that replays the
-WAL commit by commit, sees a document whole or not at all.
-
-The search indexes live in the same database: the store writes their rows inside its own transaction, through
-the `search_rows` it is given (citerag.backends.postgres wires pgvector's and BM25's, citerag.index.pgvector and
-citerag.index.pg_bm25), and a search reads them inside one REPEATABLE READ transaction (`view()`), from
-`read_url` (a replica) when one is set.
+One database holds many collections; each store object is one collection (a row of `collections`) and every statement
+names its `collection_id`. A document's rows (document, chunks, vectors, postings, change-log entry, generation)
+change in one transaction, so a reader, on the primary or on a streaming replica that replays the WAL commit by
+commit, sees a document whole or not at all. The search indexes live in the same database: the store writes their
+rows inside its own transaction, through the `search_rows` it is given (citerag.backends.postgres wires pgvector's
+and BM25's, citerag.index.pgvector and citerag.index.pg_bm25), and a search reads them inside one REPEATABLE READ
+transaction (`view()`), from `read_url` (a replica) when one is set.
 """
 
 from __future__ import annotations
@@ -283,11 +281,10 @@ class PostgresStore:
 
     def set_tags(self, doc_id: int, tags: list[str]) -> bool:
         with self._write() as conn:
-            if not conn.execute("UPDATE documents SET tags = %s::jsonb WHERE collection_id = %s AND id = %s",
-                                (json.dumps(tags), self.collection_id, doc_id)).rowcount:
-                return False
-            self._bump(conn, doc_id)
-            return True
+            if found := conn.execute("UPDATE documents SET tags = %s::jsonb WHERE collection_id = %s AND id = %s",
+                                     (json.dumps(tags), self.collection_id, doc_id)).rowcount > 0:
+                self._bump(conn, doc_id)
+            return found
 
     def delete(self, doc_id: int) -> None:
         with self._write() as conn:
