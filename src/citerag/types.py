@@ -105,6 +105,20 @@ class Document:
     locators: list[Locator] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Facets:
+    """What a search's filters read of an indexed document (StoreView.facets): the few fields they match, read
+    without the rest of the row (a question with filters reads every document's)."""
+
+    id: int
+    source_path: str
+    chunk_count: int
+    extractor: str | None
+    language: str | None
+    updated_at: str
+    tags: tuple[str, ...] = ()
+
+
 @dataclass
 class StoredChunk:
     id: int

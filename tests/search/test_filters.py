@@ -7,14 +7,12 @@ from typing import Any
 import pytest
 
 from citerag.search.filters import FilterError, Filters, checked_tags, path_of, source_of
-from citerag.types import Document
+from citerag.types import Facets
 
 
 def doc(source_path: str, extractor: str = "markdown", language: str = "en",
-        updated_at: str = "2026-11-30T12:00:00+00:00", tags: tuple[str, ...] = ()) -> Document:
-    return Document(id=1, source_path=source_path, name=source_path.rsplit("/", 1)[-1], title="t", sha256="s",
-                    status="indexed", error=None, warnings=[], chunk_count=3,
-                    stamps={"extractor": extractor, "language": language}, updated_at=updated_at, tags=list(tags))
+        updated_at: str = "2026-11-30T12:00:00+00:00", tags: tuple[str, ...] = ()) -> Facets:
+    return Facets(1, source_path, 3, extractor, language, updated_at, tags)
 
 
 UPLOAD = doc("upload:guide.pdf", "pdf", tags=("sre", "on-call"))
@@ -24,14 +22,14 @@ LOCAL = doc("/home/me/notes/todo.txt", "text", updated_at="2026-12-01T00:00:00+0
 ALL = [UPLOAD, SYNCED, CRAWLED, LOCAL]
 
 
-def matching(data: dict[str, Any]) -> list[Document]:
+def matching(data: dict[str, Any]) -> list[Facets]:
     f = Filters.parse(data)
     return [d for d in ALL if f.matches(d)]
 
 
 def test_each_document_knows_its_source_and_its_path_in_it() -> None:
-    assert [source_of(d) for d in ALL] == ["upload", "handbook", "site", "local"]
-    assert [path_of(d) for d in ALL] == ["guide.pdf", "docs/admin/backup.md", "https://example.org/docs/intro.html",
+    assert [source_of(d.source_path) for d in ALL] == ["upload", "handbook", "site", "local"]
+    assert [path_of(d.source_path) for d in ALL] == ["guide.pdf", "docs/admin/backup.md", "https://example.org/docs/intro.html",
                                          "/home/me/notes/todo.txt"]
 
 
@@ -56,7 +54,7 @@ def test_each_document_knows_its_source_and_its_path_in_it() -> None:
     ({"tags": "sre", "type": "markdown"}, [SYNCED]),
 ])
 def test_a_document_matches_every_field_set_and_any_value_of_one(data: dict[str, Any],
-                                                                   expected: list[Document]) -> None:
+                                                                   expected: list[Facets]) -> None:
     assert matching(data) == expected
 
 

@@ -24,7 +24,7 @@ from citerag.errors import CiteragError, Superseded
 from citerag.refusal import RefusalRule
 from citerag.store import ChunkStats, Store
 from citerag.store.conversations import NotYours
-from citerag.types import Chunk, Experiment, Label, Locator, SourceInfo, SourceItem, Turn
+from citerag.types import Chunk, Experiment, Facets, Label, Locator, SourceInfo, SourceItem, Turn
 from corpus_paths import DATA
 
 MakeStore = Callable[..., Store]
@@ -84,7 +84,8 @@ MTU = real_document("ch05.md", "5.5.1.", seed=3)
 def save(store: Store, doc_id: int, doc: RealDocument, model: str = MODEL, *, sha256: str = "s1",
          chunks: list[Chunk] | None = None, vectors: np.ndarray | None = None, replaces: str | None = None) -> None:
     chunks = doc.chunks if chunks is None else chunks
-    store.save_indexed(doc_id, title=doc.title, sha256=sha256, stamps={"embedding_model": model, "strategy": "E"},
+    store.save_indexed(doc_id, title=doc.title, sha256=sha256, stamps={"embedding_model": model, "strategy": "E",
+                                                                       "extractor": "markdown", "language": "en"},
                        canonical_text=doc.text, warnings=[], chunks=chunks,
                        vectors=doc.vectors[:len(chunks)] if vectors is None else vectors,
                        stats=ChunkStats([5] * len(chunks), [2] * len(chunks)), locators=doc.locators,
@@ -148,23 +149,25 @@ class StoreContract:
         assert snap.vectors.dtype == np.float32
         assert snap.documents[doc_id].locators == ROOT_ACCOUNT.locators
 
-    def test_a_views_listing_is_its_indexed_documents_as_of_its_commit(self, make_store: MakeStore) -> None:
+    def test_a_views_facets_are_its_indexed_documents_as_of_its_commit(self, make_store: MakeStore) -> None:
         store = make_store("ix")
         first = add(store, ROOT_ACCOUNT)
         pending = store.add_pending("/docs/pending.md", "pending.md", "p")
         added: list[int] = []
         with store.view() as view:
-            view.listing()
+            view.facets()
             # Committed by another thread after the view began: not in it.
             writer = threading.Thread(target=lambda: added.append(add(store, LAN_RANGES)))
             writer.start()
             writer.join()
-            listed = view.listing()
+            listed = view.facets()
             assert [d.id for d in listed] == [first]
-            assert (listed[0].chunk_count, listed[0].stamps["embedding_model"]) == (len(ROOT_ACCOUNT.chunks), MODEL)
+            # What a filter reads: the stored path, the chunks, the format and language stamped, when, the tags.
+            assert listed[0] == Facets(first, ROOT_ACCOUNT.path, len(ROOT_ACCOUNT.chunks), "markdown", "en",
+                                       store.document(first).updated_at, ())  # type: ignore[union-attr]
         with store.view() as view:
-            assert [d.id for d in view.listing()] == sorted([first, *added]) and pending not in \
-                {d.id for d in view.listing()}
+            assert [d.id for d in view.facets()] == sorted([first, *added]) and pending not in \
+                {d.id for d in view.facets()}
 
     def test_tags_are_replaced_whole_kept_by_new_versions_and_a_change(self, make_store: MakeStore) -> None:
         store = make_store("ix")
@@ -175,7 +178,7 @@ class StoreContract:
         assert store.generation() == generation + 1  # cached results of filtered searches are not found again
         with store.view() as view:
             assert view.changed_documents(generation) == [doc_id]
-            assert [d.tags for d in view.listing()] == [["runbook", "sre"]]
+            assert [d.tags for d in view.facets()] == [("runbook", "sre")]
             assert view.documents([doc_id])[doc_id].tags == ["runbook", "sre"]
         save(store, doc_id, LAN_RANGES, sha256="s2")  # a new version of the document keeps its tags
         assert store.documents()[0].tags == ["runbook", "sre"]

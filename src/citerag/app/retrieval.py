@@ -13,12 +13,12 @@ import numpy as np
 from citerag.app.models import EmptyCollection, RefusalStatus
 from citerag.app.shared import Shared
 from citerag.embed.fused import ranking_vector
-from citerag.index.base import SearchBackend
+from citerag.index.base import Allowed, SearchBackend
 from citerag.lang import detect
 from citerag.search import Retriever
 from citerag.search.filters import Filters
 from citerag.settings import Settings
-from citerag.store.base import Store
+from citerag.store.base import Store, StoreView
 from citerag.trace.setup import Sink
 
 log = logging.getLogger("citerag")
@@ -68,8 +68,13 @@ def open_retriever(host: Host, embed: Callable[[str], np.ndarray] | None = None,
                         embed or (lambda q: host.app.query_vector(model, q, s.cache_url, s.cache_query_ttl)),
                         rrf_k=s.rrf_k, lexical_weight=s.lexical_weight,
                         rank_vector=lambda q, v: ranking_vector(model, v, detect(q)),
-                        allowed=filters.resolve(view) if filters else None)
+                        allowed=_allowed(host, view, filters) if filters else None)
     if rebuilt:  # built from the whole store: save it so that the next process need not
         host.persist_indexes()
 
 
+def _allowed(host: Host, view: StoreView, filters: Filters) -> Allowed:
+    """The filters resolved against the view, once per generation of the collection (every change moves it)."""
+    key = (host.settings.store_url, host.location, host.name, view.generation, filters)
+    found: Allowed = host.app.resolved(key, lambda: filters.resolve(view))
+    return found

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from citerag.answer.check import CitationMetrics
 from citerag.app.caching import GENERATOR_SETTINGS, cache_key
@@ -27,6 +28,20 @@ class Shared:
         # The cores an encoder of this process may keep busy (Settings.encoder_threads, 0 = all): a property of the
         # process, taken from the first collection it opens (Citerag.open_collection).
         self.encoder_threads: int | None = None
+        # A question's filters resolved, by (store, collection, generation, filters): asked again before the
+        # collection changes, a filter costs no read of its documents' rows.
+        self._allowed: LRUCache[tuple[Any, ...], Any] = LRUCache(maxsize=256)
+        self._allowed_lock = threading.Lock()  # cachetools' caches are not thread-safe
+
+    def resolved(self, key: tuple[Any, ...], resolve: Callable[[], Any]) -> Any:
+        """What `resolve` gives for `key` (filters resolved, see app/retrieval.py), computed once while kept."""
+        with self._allowed_lock:
+            found = self._allowed.get(key)
+        if found is None:
+            found = resolve()  # outside the lock: two threads may both compute it, alike
+            with self._allowed_lock:
+                self._allowed[key] = found
+        return found
 
     def close_caches(self) -> None:
         for key in [k for k in self._models if k[0] == "cache"]:

@@ -18,7 +18,7 @@ from citerag.errors import CiteragError
 from citerag.globs import glob_regex
 from citerag.index.base import Allowed
 from citerag.store.base import StoreView
-from citerag.types import SOURCE_SCHEME, UPLOAD_SCHEME, Document
+from citerag.types import SOURCE_SCHEME, UPLOAD_SCHEME, Facets
 
 # A document's `source` is the name of the source that syncs it, or one of these.
 UPLOADED = "upload"  # sent through the API or the page
@@ -98,17 +98,17 @@ class Filters:
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
                 for f in fields(self) if getattr(self, f.name)}
 
-    def matches(self, document: Document) -> bool:
-        if self.source and source_of(document) not in self.source:
+    def matches(self, document: Facets) -> bool:
+        if self.source and source_of(document.source_path) not in self.source:
             return False
-        if self.type and document.stamps.get("extractor") not in self.type:
+        if self.type and document.extractor not in self.type:
             return False
-        if self.language and document.stamps.get("language") not in self.language:
+        if self.language and document.language not in self.language:
             return False
         if self.tags and not set(self.tags) & set(document.tags):
             return False
         # A pattern is read without its leading '/', so the path is too (an ingested file's is absolute).
-        if self.path and not any(glob_regex(p).match(path_of(document).lstrip("/")) for p in self.path):
+        if self.path and not any(glob_regex(p).match(path_of(document.source_path).lstrip("/")) for p in self.path):
             return False
         low, high = self._bounds
         if low is not None or high is not None:
@@ -124,7 +124,7 @@ class Filters:
 
     def resolve(self, view: StoreView) -> Allowed:
         """The view's indexed documents that match, and the chunks they hold."""
-        chosen = [d for d in view.listing() if self.matches(d)]
+        chosen = [d for d in view.facets() if self.matches(d)]
         return Allowed.of((d.id for d in chosen), sum(d.chunk_count for d in chosen))
 
 
@@ -141,16 +141,16 @@ def checked_tags(tags: Iterable[str], field: str = "tags") -> list[str]:
     return out
 
 
-def source_of(document: Document) -> str:
-    if document.source_path.startswith(SOURCE_SCHEME):
-        return document.source_path[len(SOURCE_SCHEME):].partition(":")[0]
-    return UPLOADED if document.source_path.startswith(UPLOAD_SCHEME) else LOCAL
+def source_of(path: str) -> str:
+    """The source of the document stored under this path: a source's name, UPLOADED or LOCAL."""
+    if path.startswith(SOURCE_SCHEME):
+        return path[len(SOURCE_SCHEME):].partition(":")[0]
+    return UPLOADED if path.startswith(UPLOAD_SCHEME) else LOCAL
 
 
-def path_of(document: Document) -> str:
-    """The document's path in its origin: an upload's name, a source's key (its relative path, repository path or
-    URL), a local file's path."""
-    path = document.source_path
+def path_of(path: str) -> str:
+    """The path in its origin of the document stored under this path: an upload's name, a source's key (its
+    relative path, repository path or URL), a local file's path."""
     if path.startswith(SOURCE_SCHEME):
         return path[len(SOURCE_SCHEME):].partition(":")[2]
     return path[len(UPLOAD_SCHEME):] if path.startswith(UPLOAD_SCHEME) else path

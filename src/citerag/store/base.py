@@ -14,6 +14,7 @@ from citerag.types import (
     ConversationInfo,
     Document,
     Experiment,
+    Facets,
     Label,
     Locator,
     SourceInfo,
@@ -93,8 +94,8 @@ class StoreView(Protocol):
         """Documents by id, locators loaded."""
         ...
 
-    def listing(self) -> list[Document]:
-        """Every indexed document, without locators (what a search's filters are resolved against)."""
+    def facets(self) -> list[Facets]:
+        """Every indexed document's facets, by id (what a search's filters are resolved against)."""
         ...
 
     def texts(self, ids: Iterable[int]) -> dict[int, str]:

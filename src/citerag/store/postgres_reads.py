@@ -10,7 +10,7 @@ import numpy as np
 
 from citerag.errors import CiteragError
 from citerag.store.base import ChunkBatch, Snapshot
-from citerag.types import Document, Locator, StoredChunk
+from citerag.types import Document, Facets, Locator, StoredChunk
 
 if TYPE_CHECKING:  # the [postgres] extra: store/postgres.py says what to install when it is missing
     import psycopg
@@ -79,10 +79,10 @@ class PostgresView:
             out[doc.id] = doc
         return out
 
-    def listing(self) -> list[Document]:
-        return [document(row) for row in self.conn.execute(
-            f"SELECT {DOC_COLUMNS} FROM documents WHERE collection_id = %s AND status = 'indexed' ORDER BY id",
-            (self.collection_id,))]
+    def facets(self) -> list[Facets]:
+        return [Facets(r[0], r[1], r[2], r[3], r[4], r[5], tuple(r[6])) for r in self.conn.execute(
+            "SELECT id, source_path, chunk_count, stamps->>'extractor', stamps->>'language', updated_at, tags"
+            " FROM documents WHERE collection_id = %s AND status = 'indexed' ORDER BY id", (self.collection_id,))]
 
     def texts(self, ids: Iterable[int]) -> dict[int, str]:
         return {r[0]: r[1] for r in self.conn.execute(

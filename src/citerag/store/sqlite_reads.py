@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from citerag.store.base import ChunkBatch, Snapshot
-from citerag.types import Document, Locator, StoredChunk
+from citerag.types import Document, Facets, Locator, StoredChunk
 
 DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at, tags"
 
@@ -88,9 +88,12 @@ class SqliteView:
                 out[doc.id] = doc
         return out
 
-    def listing(self) -> list[Document]:
-        return [document(row) for row in self._db.execute(
-            f"SELECT {DOC_COLUMNS} FROM documents WHERE status = 'indexed' ORDER BY id")]
+    def facets(self) -> list[Facets]:
+        return [Facets(i, path, chunks, extractor, language, at, () if tags == "[]" else tuple(json.loads(tags)))
+                for i, path, chunks, extractor, language, at, tags in self._db.execute(
+                    "SELECT id, source_path, chunk_count, json_extract(stamps, '$.extractor'),"
+                    " json_extract(stamps, '$.language'), updated_at, tags FROM documents"
+                    " WHERE status = 'indexed' ORDER BY id")]
 
     def texts(self, ids: Iterable[int]) -> dict[int, str]:
         out: dict[int, str] = {}
