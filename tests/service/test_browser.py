@@ -465,3 +465,33 @@ def test_an_admin_sees_the_sources_and_syncs_one_a_reader_does_not(watched: Watc
     assert shown["failures"] >= 1 and shown["next_run"], shown
     expect(row.locator("td").nth(5)).to_have_text(shown["next_run"])
     assert watched.ours() == []
+
+
+@needs_chromium
+def test_the_page_offers_the_collections_formats_and_sources_and_asks_within_them(watched: Watched,
+                                                                                deployment: Deployment) -> None:
+    """The "Search only" choices come from the documents listed; a question answered only by the HTML chapters is
+    refused within the PDF and answered within HTML, each filter sent with the turn."""
+    page = watched.page
+    _sign_in(page, deployment.reader_a, "default")
+    expect(page.locator("#documents tbody tr").first).to_be_visible()
+    formats = page.locator("#filter-type option")
+    expect(formats).not_to_have_count(1)
+    assert {"", "html", "pdf", "docx", "xlsx", "transcript"} <= set(formats.evaluate_all("os => os.map(o => o.value)"))
+    assert "upload" in page.locator("#filter-source option").evaluate_all("os => os.map(o => o.value)")
+    sent: list[dict[str, Any]] = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.method == "POST" and "/conversations" in r.url
+            else None)
+    page.select_option("#filter-type", "pdf")
+    refused = _ask(page, QUESTION["query"])
+    assert refused["refused"] and refused["citations"] == []
+    expect(page.locator("#thread .turn .refusal")).to_be_visible()
+    page.click("#new-conversation")
+    page.select_option("#filter-type", "html")
+    answered = _ask(page, QUESTION["query"])
+    assert not answered["refused"] and answered["citations"]
+    html = {d["name"] for d in page.request.get("/v1/collections/default/documents").json()["documents"]
+            if d["stamps"].get("extractor") == "html"}
+    assert {c["document_name"] for c in answered["citations"]} <= html
+    assert [body.get("filters") for body in sent] == [{"type": "pdf"}, {"type": "html"}]
+    assert watched.ours() == [], watched.ours()

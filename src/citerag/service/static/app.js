@@ -215,8 +215,24 @@
     const tbody = $("documents").tBodies[0];
     tbody.replaceChildren(...docs.map(docRow));
     if (!docs.length) tbody.append(el("tr", {}, el("td", { colspan: 6, class: "empty" }, "No documents in this collection yet.")));
+    filterChoices(docs);
     loadSources();
     return docs;
+  }
+
+  // ---- filters: the choices the collection's documents offer (the server applies them inside its indexes) ----
+  function filterChoices(docs) {
+    const indexed = docs.filter((d) => d.status === "indexed");
+    const offer = (id, values) => {
+      const sel = $(id);
+      const kept = sel.value;
+      const sorted = [...new Set(values.filter(Boolean))].sort();
+      sel.replaceChildren(el("option", { value: "" }, "any"), ...sorted.map((v) => el("option", { value: v }, v)));
+      sel.value = sorted.includes(kept) ? kept : "";
+    };
+    offer("filter-type", indexed.map((d) => (d.stamps || {}).extractor));
+    offer("filter-source", indexed.map((d) => (d.source ? d.source.name : "upload")));
+    offer("filter-tag", indexed.flatMap((d) => d.tags || []));
   }
 
   // ---- sources (admins only: a 403 hides the section) ---------------------

@@ -154,13 +154,23 @@ window.CiteragChat = (ctx) => {
     }
   }
 
+  // The "Search only" choices, as the API's `filters` (none chosen: no filters).
+  function filters() {
+    const chosen = {};
+    for (const [key, id] of [["type", "filter-type"], ["source", "filter-source"], ["tags", "filter-tag"]]) {
+      const value = document.getElementById(id).value;
+      if (value) chosen[key] = value;
+    }
+    return Object.keys(chosen).length ? { filters: chosen } : {};
+  }
+
   async function ask(question) {
     const n = document.querySelectorAll("#thread .turn").length + 1;
     const url = current ? `${colPath()}/conversations/${current}` : `${colPath()}/conversations`;
     const res = await fetch(url, {
       method: "POST", credentials: "same-origin",
       headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
-      body: JSON.stringify({ question, stream: true }),
+      body: JSON.stringify({ question, stream: true, ...filters() }),
     });
     if (!res.ok) {
       let data = null;
