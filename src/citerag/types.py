@@ -99,10 +99,10 @@ class Document:
     chunk_count: int
     stamps: dict[str, Any]
     updated_at: str
-    # What people who know the document say of it (`--tag`, the upload's tags, PUT .../tags): a search filter.
-    tags: list[str] = field(default_factory=list)
     # The extractor's locator map; loaded with the snapshot and by `document(id)`, empty in listings.
     locators: list[Locator] = field(default_factory=list)
+    # What people who know the document say of it (`citerag tag`, the upload's tags, PUT .../tags): a search filter.
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from citerag.app.files import extract_file
 from citerag.chunk import chunk_extracted
 from citerag.index import pg_bm25, pg_bm25_segments
 from citerag.index.analyzer import REFERENCE
+from citerag.index.base import Allowed
 from citerag.index.pg_bm25 import PgBm25Index, merge_plan, postings_by_document, term_key, tier
 from citerag.search.bm25 import BM25
 from citerag.store.base import ChunkBatch
@@ -295,10 +296,13 @@ def test_a_merge_that_meets_an_open_removal_waits_for_nothing_and_is_skipped(con
     live.check(index)
 
 
+@pytest.mark.parametrize("filtered", [False, True])
 def test_a_read_committed_search_reads_again_when_a_merge_moves_its_chunks(connect: Any, factor_4: None,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          filtered: bool) -> None:
     """Outside a REPEATABLE READ transaction each statement has its own snapshot: a merge that commits between a
-    search's read and its chunk-id lookup has deleted the segments it read, and the search starts again."""
+    search's read and its chunk-id lookup has deleted the segments it read, and the search starts again (a
+    filtered one too: its allowed positions were read with the postings)."""
     texts = dev_texts()
     writer, live = connect(), Live()
     index = PgBm25Index(writer, COLLECTION, MODEL)
@@ -309,8 +313,8 @@ def test_a_read_committed_search_reads_again_when_a_merge_moves_its_chunks(conne
     reader.autocommit = True
     read, merged = PgBm25Index._read, []
 
-    def read_then_merge(self: PgBm25Index, cur: Any, terms: list[str], full: bool) -> Any:
-        found = read(self, cur, terms, full)
+    def read_then_merge(self: PgBm25Index, cur: Any, terms: list[str], full: bool, documents: Any = None) -> Any:
+        found = read(self, cur, terms, full, documents)
         if not merged:
             merged.append(True)
             index.add(live.version(3, texts[50:60]))  # the fourth segment: all four merge
@@ -319,9 +323,14 @@ def test_a_read_committed_search_reads_again_when_a_merge_moves_its_chunks(conne
 
     monkeypatch.setattr(PgBm25Index, "_read", read_then_merge)
     query = "How do I list the files of an installed package?"
-    ids, scores = PgBm25Index(reader, COLLECTION, MODEL).search(query, 20)
+    allowed = Allowed.of([0, 2, 3], 30) if filtered else None  # document 3: added by the merging writer
+    ids, scores = PgBm25Index(reader, COLLECTION, MODEL).search(query, 20, allowed)
     assert merged and len(segments(writer)) == 1
-    want_ids, want = live.top(query, 20)
+    want_ids, want = live.top(query, 200)
+    if filtered:  # the unfiltered ranking's chunks of those documents, with the same scores
+        keep = [i for i, cid in enumerate(want_ids) if cid not in live.docs[1]]
+        want_ids, want = [want_ids[i] for i in keep], want[keep]
+    want_ids, want = want_ids[:20], want[:20]
     assert ids.tolist() == want_ids and any(i > 30 for i in want_ids)  # document 3's chunks among them
     np.testing.assert_allclose(scores, want, rtol=0, atol=1e-9)
 
