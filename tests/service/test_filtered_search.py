@@ -189,3 +189,18 @@ def _original(c: httpx.Client, document_id: int) -> bytes:
     response = c.get(f"/v1/collections/default/documents/{document_id}/file")
     assert response.status_code == 200
     return response.content
+
+
+def test_a_sources_tag_rules_are_taken_and_checked_over_the_api(deployment: Deployment) -> None:
+    with deployment.server.client(deployment.admin) as c:
+        url = "/v1/collections/default/sources"
+        body = {"name": "tagged", "kind": "web", "location": "http://127.0.0.1:9/tagged/"}
+        made = c.post(url, json={**body, "tags": [["**/runbooks/**", "sre"], ["**", "web"]]})
+        assert made.status_code == 201, made.text
+        try:
+            assert c.get(f"{url}/tagged").json()["options"]["tags"] == [["**/runbooks/**", "sre"], ["**", "web"]]
+        finally:
+            assert c.delete(f"{url}/tagged").status_code in (200, 204)
+        for rules in ([["**", "two words"]], [["", "x"]], [["**"]], "sre"):
+            wrong = c.post(url, json={**body, "tags": rules})
+            assert wrong.status_code == 422 and wrong.json()["field"].startswith("tags"), wrong.text

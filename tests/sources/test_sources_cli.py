@@ -98,3 +98,31 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, out, _ = run(["sources", "show", "gone", "--json", *ix], capsys, monkeypatch)
     shown = json.loads(out)
     assert shown["failures"] == 1 and "is not there" in shown["last_error"] and shown["next_run"]  # backed off
+
+
+def test_a_folders_tag_rules_tag_its_documents_for_filtered_questions(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules GLOB=TAG tag each document as it is synced; a filter on a tag then searches those documents only, and a
+    document that moves out of a rule's glob loses its tag at the next sync."""
+    folder = tmp_path / "share"
+    (folder / "runbooks").mkdir(parents=True)
+    shutil.copy(XQUAD / "Packet_switching.txt", folder / "runbooks" / "packets.md")
+    shutil.copy(XQUAD / "Apollo_program.txt", folder / "apollo.md")
+    ix = ["--index", str(tmp_path / "ix")]
+    code, out, err = run(["sources", "add", "share", "--folder", str(folder), "--tag", "runbooks/**=sre",
+                          "--tag", "**/*.md=handbook", *ix], capsys, monkeypatch)
+    assert code == 0, err
+    assert run(["sources", "sync", "share", *ix], capsys, monkeypatch)[0] == 0
+    _, out, _ = run(["status", "--json", *ix], capsys, monkeypatch)
+    tags = {d["name"]: d["tags"] for d in json.loads(out)["documents"]}
+    assert tags == {"packets.md": ["sre", "handbook"], "apollo.md": ["handbook"]}
+    search = ["search", "Who developed the packet switching concept?", "--json", "--filter", "tags=sre", *ix]
+    assert {r["document_name"] for r in json.loads(run(search, capsys, monkeypatch)[1])} == {"packets.md"}
+    (folder / "runbooks" / "packets.md").rename(folder / "packets.md")  # out of runbooks/: a new key, no sre
+    assert run(["sources", "sync", "share", *ix], capsys, monkeypatch)[0] == 0
+    _, out, _ = run(["status", "--json", *ix], capsys, monkeypatch)
+    assert {d["name"]: d["tags"] for d in json.loads(out)["documents"]} == \
+        {"packets.md": ["handbook"], "apollo.md": ["handbook"]}
+    assert json.loads(run(search, capsys, monkeypatch)[1]) == []
+    assert_one_line_error(run(["sources", "add", "bad", "--folder", str(folder), "--tag", "runbooks/**", *ix],
+                              capsys, monkeypatch), "tags rule ['runbooks/**', '']")

@@ -2,14 +2,14 @@
 it kept as `source:NAME:KEY` with its bytes in the originals, as an upload's, so that a citation opens the copy
 that was indexed and `retry` and `reindex` work on it unchanged.
 
-A sync is one pass over the origin: what it says is unchanged is left alone (not even fetched, where the origin
-can tell), new and changed bytes are indexed one document per transaction (the old version served until the new
-one commits), and only after a pass that saw the whole origin are the documents it no longer holds removed.
-Documents uploaded by hand, or of another source, are never touched: a sync reads and writes only its own
-records. Killed at any point, a sync leaves every document whole (each is one transaction) and the next completes
-it: a record is written after its document, so a lost record means a re-read, never a lost document. A lease in
-the store keeps two syncs of one source from running at once on any machine; one held by a process of this host
-that is gone is taken over at once, one of another host when it expires (LEASE_S without a renewal).
+A sync is one pass over the origin: what it says is unchanged is left alone (not even fetched, where the origin can
+tell), new and changed bytes are indexed one document per transaction (the old version served until the new one
+commits), and only after a pass that saw the whole origin are the documents it no longer holds removed. Documents
+uploaded by hand, or of another source, are never touched: a sync reads and writes only its own records. Killed at any
+point, a sync leaves every document whole (each is one transaction) and the next completes it: a record is written
+after its document, so a lost record means a re-read, never a lost document. A lease in the store keeps two syncs of
+one source from running at once on any machine; one held by a process of this host that is gone is taken over at once,
+one of another host when it expires (LEASE_S without a renewal).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from citerag.app.collection import Collection
 from citerag.errors import CiteragError
 from citerag.ingest.files import Source
-from citerag.sources import Failed, Fetched, Known, Unreachable, checked, open_upstream
+from citerag.sources import Failed, Fetched, Known, checked, open_upstream, rule_tags
 from citerag.trace import detached
 from citerag.types import SOURCE_SCHEME, SourceInfo, SourceItem
 
@@ -149,8 +149,8 @@ def _gone(holder: str) -> bool:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
-    except OSError:
-        return False
+    except OSError:  # alive, another user's
+        pass
     return False
 
 
@@ -180,16 +180,13 @@ def sync(collection: Collection, name: str) -> SyncReport:
     `error`, recorded in the source's status with a backoff, not raised."""
     info = get(collection, name)
     holder = _lease(collection, name)
-    report = SyncReport(name)
-    started = _now()
+    report, started = SyncReport(name), _now()
     info.status = {**info.status, "last_attempt": started}
     collection.store.put_source(info)
     try:
         with detached():  # each document indexed is its own operation's trace, not the request's
             _pass(collection, info, holder, report)
-    except Unreachable as exc:
-        report.error = str(exc)
-    except CiteragError as exc:  # the store or an index failed half way: what was committed stays committed
+    except CiteragError as exc:  # the origin Unreachable, or the store failing half way: what committed stays
         report.error = str(exc)
     finally:
         if report.added or report.changed or report.removed:  # the refusal rule refitted once, as after an ingest
@@ -225,7 +222,7 @@ def _pass(collection: Collection, info: SourceInfo, holder: str, report: SyncRep
             report.errors.append(f"{change.key}: {change.error}")
         elif isinstance(change, Fetched):
             report.fetched += 1
-            _index(collection, name, change, old if change.key in known else None, report)
+            _index(collection, info, change, old if change.key in known else None, report)
         else:
             report.unchanged += 1
             if old is not None and old.token != change.token:
@@ -242,14 +239,18 @@ def _pass(collection: Collection, info: SourceInfo, holder: str, report: SyncRep
         info.status["commit"] = commit
 
 
-def _index(collection: Collection, name: str, change: Fetched, old: SourceItem | None, report: SyncReport) -> None:
-    sha = collection.save_original(change.data)  # before the document names it: a citation always finds it
+def _index(collection: Collection, info: SourceInfo, change: Fetched, old: SourceItem | None,
+           report: SyncReport) -> None:
+    name, sha = info.name, collection.save_original(change.data)  # saved first: a citation always finds it
     before = collection.document(old.document_id) if old else None
     with collection.write_lock:
         outcome = collection.index_document(Source(uri(name, change.key), change.data, name=change.name),
                                             refit=False)
     collection.store.set_source_item(name, change.key, SourceItem(change.key, change.token, outcome.document_id,
                                                                   change.link, change.origin))
+    tags, now = rule_tags(info.options, change.key), collection.document(outcome.document_id)
+    if tags is not None and now is not None and now.tags != tags:  # the source's rules decide, as for its text
+        collection.store.set_tags(outcome.document_id, tags)
     if outcome.status == "failed":
         report.failed += 1
         report.errors.append(f"{change.key}: {outcome.error}")

@@ -124,5 +124,8 @@ class SourceRequest(_Body):
     rate: float | None = Field(default=None, gt=0, le=100)
     max_pages: int | None = Field(default=None, ge=1, le=1_000_000)
     watch: bool | None = None
+    tags: list[Annotated[list[str], Field(min_length=2, max_length=2)]] | None = Field(
+        default=None, max_length=100,
+        description="Rules [GLOB, TAG]: a document whose path or URL matches GLOB carries TAG (a search filter).")
     interval_s: float | None = Field(default=None, ge=1, le=366 * 86400)
     cron: str | None = Field(default=None, max_length=200)

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from citerag.errors import CiteragError
+from citerag.globs import glob_regex
 from citerag.sources.base import Change, Failed, Fetched, Known, Unchanged, Unreachable, Upstream
 from citerag.types import SourceInfo
 
@@ -15,10 +16,25 @@ NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 KINDS = ("folder", "git", "web")
 # The options each kind takes (`citerag sources add` and the API check them against this before storing).
 OPTIONS = {
-    "folder": {"globs", "max_bytes", "watch"},
-    "git": {"branch", "globs", "link", "max_bytes"},
-    "web": {"sitemap", "prefix", "rate", "max_pages", "max_bytes"},
+    "folder": {"globs", "max_bytes", "watch", "tags"},
+    "git": {"branch", "globs", "link", "max_bytes", "tags"},
+    "web": {"sitemap", "prefix", "rate", "max_pages", "max_bytes", "tags"},
 }
+TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}")  # citerag.search.filters.TAG, which a search names
+
+
+def rule_tags(options: dict[str, object], key: str) -> list[str] | None:
+    """The tags a source's rules give the document at `key` (its relative path, repository path or URL): each rule
+    [GLOB, TAG] whose glob matches adds its tag; None when the source has no rules (its documents' tags are then
+    left as people set them)."""
+    rules = options.get("tags")
+    if not isinstance(rules, list):
+        return None
+    found: list[str] = []
+    for glob, tag in rules:
+        if glob_regex(glob).match(key.lstrip("/")) and tag not in found:
+            found.append(tag)
+    return found
 
 
 def checked(info: SourceInfo) -> SourceInfo:
@@ -32,6 +48,11 @@ def checked(info: SourceInfo) -> SourceInfo:
     if unknown:
         raise CiteragError(f"a {info.kind} source takes no option {unknown[0]!r} (it takes: "
                            f"{', '.join(sorted(OPTIONS[info.kind]))})")
+    for rule in info.options.get("tags") or []:
+        if not (isinstance(rule, list | tuple) and len(rule) == 2 and all(isinstance(x, str) for x in rule)
+                and rule[0].strip("/") and TAG.fullmatch(rule[1])):
+            raise CiteragError(f"tags rule {rule!r}: give [GLOB, TAG], a tag of letters, digits and . _ : / - "
+                               "(docs/runbooks/** = sre)")
     if info.kind == "folder" and not Path(info.location).is_absolute():
         raise CiteragError(f"folder {info.location!r}: give an absolute path")
     if info.kind == "web" and not re.match(r"https?://", info.location):
@@ -72,4 +93,4 @@ def open_upstream(info: SourceInfo, workdir: Path) -> Upstream:
 
 
 __all__ = ["KINDS", "OPTIONS", "Change", "Failed", "Fetched", "Known", "Unchanged", "Unreachable", "Upstream",
-           "checked", "open_upstream"]
+           "checked", "open_upstream", "rule_tags"]
