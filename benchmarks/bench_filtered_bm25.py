@@ -41,7 +41,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_filtered import SHARES, filters  # noqa: E402 - the benchmarks folder is not a package
+from bench_filtered import SHARES, filters, finish  # noqa: E402 - the benchmarks folder is not a package
 from bench_scale import cpu_mark, ms, note, others_since, table  # noqa: E402
 
 from citerag.index.base import Allowed  # noqa: E402
@@ -196,11 +196,7 @@ def main() -> None:
             conn.close()
         finally:
             server.stop()
-    result["wall_s"] = time.perf_counter() - started
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
-    report(result)
-    print(f"\n{result['wall_s']:.0f} s in all; written to {args.json}")
+    finish(result, started, args.json, report)
 
 
 if __name__ == "__main__":

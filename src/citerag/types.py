@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,8 @@ from typing import Any
 UPLOAD_SCHEME = "upload:"
 # A document a source holds is keyed "source:NAME:KEY" (citerag.app.sources): its bytes are kept as an upload's are.
 SOURCE_SCHEME = "source:"
+# A document's tag (citerag.search.filters, a source's tag rules): letters, digits and . _ : / -, at most 64.
+TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}\Z")
 
 
 @dataclass(frozen=True)

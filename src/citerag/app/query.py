@@ -251,7 +251,6 @@ class Query:
         """An operation span's attributes: what it is, where, the options that shape its result, and the caller's
         span when its request sent one (kept in the record, so that an operator can correlate it)."""
         return {OPERATION: operation, "citerag.collection": self.host.name,
-                **({"citerag.filters": json.dumps(self.filters.as_json())} if self.filters else {}),
                 **{f"citerag.options.{k}": v for k, v in trace_options(self.settings).items()},
                 **caller_attributes()}
 

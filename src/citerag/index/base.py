@@ -192,37 +192,22 @@ class Rows:
         """The live rows a search may return, as a mask."""
         return self.live if allowed is None else self.live & allowed.mask(self.documents)
 
-    def best(self, scores: np.ndarray, k: int, positive: bool = False, usable: np.ndarray | None = None,
-             among: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def best(self, scores: np.ndarray, k: int, positive: bool = False,
+             usable: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, scores) of the k best live rows (of the `usable` mask, when given), best first, ties by chunk
-        id; `positive`: scores > 0 only. With `among` (rows), `scores` are those rows' only."""
-        if among is not None:
-            ids, scores = self._best_of(self.ids[among], np.asarray(scores, dtype=np.float64), k)
-            return ids, scores
+        id; `positive`: scores > 0 only."""
         usable = self.live if usable is None else usable
-        usable = usable & (scores > 0) if positive else usable
-        candidates = np.flatnonzero(usable)
-        if k <= 0 or not len(candidates):
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        if len(candidates) > k:
-            part = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
-            # Every row tied with the k-th score competes, so that the tie-break by id is global.
-            kth = scores[part].min()
-            part = candidates[scores[candidates] >= kth]
-        else:
-            part = candidates
-        order = np.lexsort((self.ids[part], -scores[part]))[:k]
-        chosen = part[order]
-        return self.ids[chosen], scores[chosen]
+        candidates = np.flatnonzero(usable & (scores > 0) if positive else usable)
+        return best_of(self.ids[candidates], scores[candidates], k)
 
-    @staticmethod
-    def _best_of(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k best of these (id, score) pairs, best first, ties by id (every tie of the k-th competes)."""
-        if k <= 0 or not len(ids):
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        if len(ids) > k:
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            keep = scores >= kth
-            ids, scores = ids[keep], scores[keep]
-        order = np.lexsort((ids, -scores))[:k]
-        return ids[order], scores[order]
+
+def best_of(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of these (chunk id, score) pairs, best first, ties by id: every pair tied with the k-th score
+    competes, so that the tie-break by id is global."""
+    if k <= 0 or not len(ids):
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    if len(ids) > k:
+        keep = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+        ids, scores = ids[keep], scores[keep]
+    order = np.lexsort((ids, -scores))[:k]
+    return ids[order], scores[order]

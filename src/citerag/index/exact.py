@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from citerag.index.base import Allowed, Rows
+from citerag.index.base import Allowed, Rows, best_of
 from citerag.index.files import fsync_path, load_arrays, new_name, save_arrays
 from citerag.store.base import ChunkBatch
 
@@ -86,7 +86,7 @@ class ExactIndex:
         if not len(rows) or k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         sims = self.row_scores(rows, np.asarray(query, dtype=np.float32))
-        return self.rows.best(sims, k, usable=None, among=rows)
+        return best_of(self.rows.ids[rows], sims.astype(np.float64), k)
 
     def row_scores(self, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
         """Cosine similarity of each of these rows (ascending). A document's chunks are appended together, so a

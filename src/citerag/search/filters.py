@@ -18,7 +18,7 @@ from citerag.errors import CiteragError
 from citerag.globs import glob_regex
 from citerag.index.base import Allowed
 from citerag.store.base import StoreView
-from citerag.types import SOURCE_SCHEME, UPLOAD_SCHEME, Facets
+from citerag.types import SOURCE_SCHEME, TAG, UPLOAD_SCHEME, Facets
 
 # A document's `source` is the name of the source that syncs it, or one of these.
 UPLOADED = "upload"  # sent through the API or the page
@@ -27,7 +27,6 @@ LOCAL = "local"  # a path given to `citerag ingest`
 TYPES = ("csv", "docx", "epub", "html", "markdown", "ods", "odt", "pdf", "text", "transcript", "xlsx")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _LANGUAGE = re.compile(r"[a-z]{2,3}\Z")
-TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}\Z")
 MAX_VALUES = 100
 MAX_TAGS = 32  # on one document
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from citerag.errors import CiteragError
 from citerag.globs import glob_regex
 from citerag.sources.base import Change, Failed, Fetched, Known, Unchanged, Unreachable, Upstream
-from citerag.types import SourceInfo
+from citerag.types import TAG, SourceInfo
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 KINDS = ("folder", "git", "web")
@@ -20,7 +20,6 @@ OPTIONS = {
     "git": {"branch", "globs", "link", "max_bytes", "tags"},
     "web": {"sitemap", "prefix", "rate", "max_pages", "max_bytes", "tags"},
 }
-TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}")  # citerag.search.filters.TAG, which a search names
 
 
 def rule_tags(options: dict[str, object], key: str) -> list[str] | None:
