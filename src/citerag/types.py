@@ -106,6 +106,8 @@ class Document:
     locators: list[Locator] = field(default_factory=list)
     # What people who know the document say of it (`citerag tag`, the upload's tags, PUT .../tags): a search filter.
     tags: list[str] = field(default_factory=list)
+    # The groups that may read it (citerag.keystore's principals); empty: everyone who may read the collection.
+    groups: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class Facets:
     language: str | None
     updated_at: str
     tags: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()  # who may read it (Document.groups)
 
 
 @dataclass

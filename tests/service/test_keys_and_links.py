@@ -119,6 +119,48 @@ def test_keys_are_listed_without_the_key_and_shared_by_every_store_on_them(backe
     assert second.revoke(tokens[0].split("_")[1]) and first.verify(tokens[0]) is None  # revoked everywhere at once
 
 
+def test_users_groups_and_their_keys_and_sessions(backend: Backend) -> None:
+    """Issue 30's principals: a user's key reads with the user's groups as they are at each request; a service key
+    with its own; a key with neither with none; an admin of a collection sees every document."""
+    first, second = backend.open(), backend.open()
+    alice = first.put_user("alice", ["sre", "oncall", "sre"])
+    assert alice.groups == ("sre", "oncall") and alice.origin == "local"
+    with pytest.raises(CiteragError, match="no user 'bob'"):
+        first.create("team", "read", user="bob")
+    with pytest.raises(CiteragError, match="not both"):
+        first.create("team", "read", user="alice", groups=["hr"])
+    with pytest.raises(CiteragError, match="is not a group name"):
+        first.put_user("carol", ["has space"])
+    mine, service, plain = (first.create("team", "read", user="alice"), first.create("team", "write", groups=["hr"]),
+                            first.create("team", "read"))
+    admin = first.create("team", "admin")
+    who = second.verify(mine)
+    assert who is not None and who.user == "alice" and who.audience == {"sre", "oncall"} and who.who == "user:alice"
+    assert second.verify(service).audience == {"hr"} and second.verify(plain).audience == frozenset()  # type: ignore[union-attr]
+    assert second.verify(admin).audience is None  # type: ignore[union-attr]
+    session = first.start_session(mine, 60)
+    assert session is not None
+    second.put_user("alice", ["hr"], origin="oidc")  # changed elsewhere: the next request reads with it
+    assert first.verify(mine).audience == {"hr"} and first.verify_session(session).audience == {"hr"}  # type: ignore[union-attr]
+    listed = {k.prefix: k for k in second.list()}
+    assert listed[mine.split("_")[1]].user == "alice" and listed[service.split("_")[1]].groups == ("hr",)
+    signed_in = first.start_user_session("alice", 60)
+    assert signed_in is not None and first.start_user_session("nobody", 60) is None
+    user = second.verify_session(signed_in)
+    assert user is not None and user.user == "alice" and user.collection is None and user.scope == "read"
+    assert user.audience == {"hr"} and user.sees("any") and not user.server_admin
+    assert [u.name for u in second.users()] == ["alice"]
+    assert second.remove_user("alice") and not second.remove_user("alice")
+    # Its keys and every session go with it, in one transaction.
+    assert first.verify(mine) is None and first.verify_session(session) is None
+    assert first.verify_session(signed_in) is None and first.verify(service) is not None
+    ended = first.start_user_session("alice", 60)
+    assert ended is None
+    first.put_user("dave", [])
+    dave = first.start_user_session("dave", 60)
+    assert dave is not None and first.end_session(dave) and first.verify_session(dave) is None
+
+
 def test_deleting_a_collection_revokes_its_keys_only(backend: Backend) -> None:
     keys = backend.open()
     doomed = [keys.create("team", "read"), keys.create("team", "admin")]

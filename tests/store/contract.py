@@ -185,6 +185,22 @@ class StoreContract:
         assert store.set_tags(doc_id, []) is True and store.document(doc_id).tags == []  # type: ignore[union-attr]
         assert store.set_tags(doc_id + 100, ["x"]) is False
 
+    def test_groups_change_in_one_generation_and_outlive_a_new_version(self, make_store: MakeStore) -> None:
+        store = make_store("ix")
+        doc_id = add(store, ROOT_ACCOUNT)
+        assert store.document(doc_id).groups == []  # type: ignore[union-attr]  # everyone, by default
+        generation = store.generation()
+        assert store.set_groups(doc_id, ["hr", "sre"]) is True
+        assert store.generation() == generation + 1  # no cached result of before the change is found after it
+        with store.view() as view:
+            assert view.changed_documents(generation) == [doc_id]
+            assert [d.groups for d in view.facets()] == [("hr", "sre")]
+            assert view.documents([doc_id])[doc_id].groups == ["hr", "sre"]
+        save(store, doc_id, LAN_RANGES, sha256="s2")
+        assert store.documents()[0].groups == ["hr", "sre"]
+        assert store.set_groups(doc_id, []) is True and store.document(doc_id).groups == []  # type: ignore[union-attr]
+        assert store.set_groups(doc_id + 100, ["x"]) is False
+
     def test_a_reindex_replaces_the_version_whole(self, make_store: MakeStore) -> None:
         store = make_store("ix")
         doc_id = add(store, ROOT_ACCOUNT)

@@ -12,14 +12,27 @@ an advisory lock brings a database an older citerag set up to it on its first us
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from citerag.errors import CiteragError, StoreUnavailable
-from citerag.keystore.base import KeyInfo, Principal, check, new_key, new_session, session_digest, token_prefix
+from citerag.keystore.base import (
+    KeyInfo,
+    Principal,
+    UserInfo,
+    check,
+    checked_groups,
+    new_key,
+    new_session,
+    principal_of,
+    session_digest,
+    token_prefix,
+)
 from citerag.store.pg_migrate import migrate
 
 try:
@@ -36,7 +49,12 @@ SESSIONS_SCHEMA = (
     " prefix TEXT NOT NULL REFERENCES api_keys(prefix) ON DELETE CASCADE, key_digest TEXT NOT NULL,"
     " created_at TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL)",
     "CREATE INDEX IF NOT EXISTS api_sessions_by_prefix ON api_sessions (prefix)",
+    "CREATE TABLE IF NOT EXISTS api_user_sessions (digest TEXT PRIMARY KEY,"
+    " user_name TEXT NOT NULL REFERENCES api_users(name) ON DELETE CASCADE, created_at TEXT NOT NULL,"
+    " expires_at DOUBLE PRECISION NOT NULL)",
 )
+# A key's collection, scope, user and groups: a user's key reads with its user's groups as they are now.
+_PRINCIPAL = "k.collection, k.scope, k.user_name, CASE WHEN k.user_name IS NULL THEN k.member_of ELSE u.member_of END"
 
 
 class PostgresKeyStore:
@@ -71,19 +89,52 @@ class PostgresKeyStore:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreUnavailable(f"cannot reach the API keys in {self.where}: {first}") from exc
 
-    def create(self, collection: str | None, scope: str) -> str:
-        key = new_key(collection, scope)
+    def create(self, collection: str | None, scope: str, user: str | None = None,
+               groups: Sequence[str] = ()) -> str:
+        key = new_key(collection, scope, user, groups)
         with self._transaction() as conn:
-            conn.execute("INSERT INTO api_keys (prefix, digest, collection, scope, created_at)"
-                         " VALUES (%s, %s, %s, %s, %s)",
-                         (key.prefix, key.digest, key.collection, key.scope, key.created_at))
+            if user is not None and conn.execute("SELECT 1 FROM api_users WHERE name = %s FOR SHARE",
+                                                 (user,)).fetchone() is None:
+                raise CiteragError(f"no user {user!r}: add it with `citerag users add {user} --group GROUP`")
+            conn.execute("INSERT INTO api_keys (prefix, digest, collection, scope, created_at, user_name, member_of)"
+                         " VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb)", (key.prefix, key.digest, key.collection,
+                                                                          key.scope, key.created_at, key.user,
+                                                                          key.groups))
         return key.token
+
+    def put_user(self, name: str, groups: Sequence[str], origin: str = "local") -> UserInfo:
+        now, member_of = datetime.now(UTC).isoformat(timespec="seconds"), json.dumps(checked_groups(groups))
+        with self._transaction() as conn:
+            row = conn.execute("INSERT INTO api_users VALUES (%s, %s::jsonb, %s, %s, %s) ON CONFLICT (name) DO UPDATE"
+                               " SET member_of = excluded.member_of, origin = excluded.origin,"
+                               " updated_at = excluded.updated_at RETURNING *",
+                               (name, member_of, origin, now, now)).fetchone()
+        assert row is not None  # an upsert returns its row
+        return UserInfo(row[0], tuple(row[1]), *row[2:])
+
+    def users(self) -> list[UserInfo]:
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT * FROM api_users ORDER BY name").fetchall()
+        return [UserInfo(row[0], tuple(row[1]), *row[2:]) for row in rows]
+
+    def remove_user(self, name: str) -> bool:
+        with self._transaction() as conn:  # its keys and their sessions, and its own sessions, cascade
+            return conn.execute("DELETE FROM api_users WHERE name = %s", (name,)).rowcount > 0
+
+    def start_user_session(self, user: str, ttl_s: float) -> str | None:
+        session = new_session(f"user:{user}", ttl_s)
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM api_user_sessions WHERE expires_at <= %s", (time.time(),))
+            inserted = conn.execute("INSERT INTO api_user_sessions SELECT %s, name, %s, %s FROM api_users"
+                                    " WHERE name = %s", (session.digest, session.created_at, session.expires_at,
+                                                         user))
+            return session.token if inserted.rowcount == 1 else None
 
     def list(self) -> list[KeyInfo]:
         with self._transaction() as conn:
-            rows = conn.execute("SELECT prefix, collection, scope, created_at FROM api_keys"
+            rows = conn.execute("SELECT prefix, collection, scope, created_at, user_name, member_of FROM api_keys"
                                 " ORDER BY created_at, prefix").fetchall()
-        return [KeyInfo(*row) for row in rows]
+        return [KeyInfo(row[0], row[1], row[2], row[3], row[4], tuple(row[5])) for row in rows]
 
     def revoke(self, prefix: str) -> bool:
         with self._transaction() as conn:  # its sessions go with it (ON DELETE CASCADE)
@@ -98,8 +149,8 @@ class PostgresKeyStore:
         row = None
         if prefix:
             with self._transaction() as conn:
-                row = conn.execute("SELECT digest, collection, scope FROM api_keys WHERE prefix = %s",
-                                   (prefix,)).fetchone()
+                row = conn.execute(f"SELECT k.digest, {_PRINCIPAL} FROM api_keys k LEFT JOIN api_users u"
+                                   " ON u.name = k.user_name WHERE k.prefix = %s", (prefix,)).fetchone()
         return check(token, row)
 
     def start_session(self, key: str, ttl_s: float) -> str | None:
@@ -121,17 +172,25 @@ class PostgresKeyStore:
             return None
         with self._transaction() as conn:
             # Joined to its key (prefix and hash): another key under a reused prefix opens no old session.
-            row = conn.execute("SELECT s.prefix, k.collection, k.scope FROM api_sessions s JOIN api_keys k"
-                               " ON k.prefix = s.prefix AND k.digest = s.key_digest"
-                               " WHERE s.digest = %s AND s.expires_at > %s", (found, time.time())).fetchone()
-        return Principal(*row) if row is not None else None
+            row = conn.execute(f"SELECT s.prefix, {_PRINCIPAL} FROM api_sessions s JOIN api_keys k"
+                               " ON k.prefix = s.prefix AND k.digest = s.key_digest LEFT JOIN api_users u"
+                               " ON u.name = k.user_name WHERE s.digest = %s AND s.expires_at > %s",
+                               (found, time.time())).fetchone()
+            if row is not None:
+                return principal_of(*row)
+            # A signed-in user's session: every collection, read scope, the user's groups as they are now.
+            row = conn.execute("SELECT u.name, u.member_of FROM api_user_sessions s JOIN api_users u"
+                               " ON u.name = s.user_name WHERE s.digest = %s AND s.expires_at > %s",
+                               (found, time.time())).fetchone()
+        return None if row is None else principal_of(f"user:{row[0]}", None, "read", row[0], row[1])
 
     def end_session(self, token: str) -> bool:
         found = session_digest(token)
         if found is None:
             return False
         with self._transaction() as conn:
-            return conn.execute("DELETE FROM api_sessions WHERE digest = %s", (found,)).rowcount > 0
+            ended = conn.execute("DELETE FROM api_sessions WHERE digest = %s", (found,)).rowcount
+            return ended + conn.execute("DELETE FROM api_user_sessions WHERE digest = %s", (found,)).rowcount > 0
 
     def close(self) -> None:
         with self._lock:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -96,9 +96,8 @@ class PostgresStore:
         options = {"connect_timeout": CONNECT_TIMEOUT_S, "autocommit": True}
         self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, configure=_configure, open=True,
                                    name="citerag-write", kwargs=options, timeout=CONNECT_TIMEOUT_S)
-        self.read_pool = ConnectionPool(read_url or url, min_size=1, max_size=POOL_SIZE,
-                                        configure=_configure_reader, open=True, name="citerag-read",
-                                        kwargs=options, timeout=CONNECT_TIMEOUT_S)
+        self.read_pool = ConnectionPool(read_url or url, min_size=1, max_size=POOL_SIZE, configure=_configure_reader,
+                                        open=True, name="citerag-read", kwargs=options, timeout=CONNECT_TIMEOUT_S)
 
     def _collection_id(self, conn: psycopg.Connection[Any], create: bool) -> int:
         row = conn.execute("SELECT id FROM collections WHERE name = %s", (self.collection,)).fetchone()
@@ -107,14 +106,13 @@ class PostgresStore:
                          (self.collection,))
             row = conn.execute("SELECT id FROM collections WHERE name = %s", (self.collection,)).fetchone()
         if row is None:
-            raise CiteragError(f"no collection {self.collection!r} in {self._where}: run `citerag ingest PATH` "
-                               "first")
+            raise CiteragError(f"no collection {self.collection!r} in {self._where}: run `citerag ingest PATH` first")
         return int(row[0])
 
     def close(self) -> None:
         self._closed = True
-        self.pool.close()
-        self.read_pool.close()
+        for pool in (self.pool, self.read_pool):
+            pool.close()
 
     # Transactions
     @contextmanager
@@ -127,16 +125,14 @@ class PostgresStore:
             raise StoreUnavailable(f"cannot {doing} the store at {self._where}: {first_line(exc)}") from exc
 
     @contextmanager
-    def _write(self) -> Iterator[psycopg.Connection[Any]]:
-        """One write transaction, rolled back whole on any error."""
-        with self._environment("write"), self.pool.connection() as conn, conn.transaction():
+    def _write(self, doing: str = "write") -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on the primary, rolled back whole on any error: writes, and the reads (status,
+        documents) that must see what was just written, never a replica's lag (`_read`)."""
+        with self._environment(doing), self.pool.connection() as conn, conn.transaction():
             yield conn
 
-    @contextmanager
-    def _read(self) -> Iterator[psycopg.Connection[Any]]:
-        """Reads of the primary (status, documents): what was just written, never a replica's lag."""
-        with self._environment("read"), self.pool.connection() as conn, conn.transaction():
-            yield conn
+    def _read(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self._write("read")
 
     def _bump(self, conn: psycopg.Connection[Any], doc_id: int) -> None:
         """Next generation and its change-log row. The row lock on the collection serialises its writers, so
@@ -280,9 +276,15 @@ class PostgresStore:
                 self._bump(conn, doc_id)
 
     def set_tags(self, doc_id: int, tags: list[str]) -> bool:
+        return self._set_list("tags", doc_id, tags)
+
+    def set_groups(self, doc_id: int, groups: list[str]) -> bool:
+        return self._set_list("read_groups", doc_id, groups)
+
+    def _set_list(self, column: str, doc_id: int, values: list[str]) -> bool:  # column: one of the two above
         with self._write() as conn:
-            if found := conn.execute("UPDATE documents SET tags = %s::jsonb WHERE collection_id = %s AND id = %s",
-                                     (json.dumps(tags), self.collection_id, doc_id)).rowcount > 0:
+            if found := conn.execute(f"UPDATE documents SET {column} = %s::jsonb WHERE collection_id = %s"
+                                     " AND id = %s", (json.dumps(values), self.collection_id, doc_id)).rowcount > 0:
                 self._bump(conn, doc_id)
             return found
 
@@ -344,7 +346,7 @@ class PostgresStore:
         with self._write() as conn:
             return conversations.delete(conn, PH, conversation_id, self._scope)
 
-    # Labels (citerag.store.labels): likewise.
+    # Labels, experiments and sources (citerag.store.labels, .experiments, .sources): likewise.
     def add_label(self, label: Label) -> Label:
         with self._write() as conn:
             return labels.put(conn, PH, label, self._scope)
@@ -353,7 +355,6 @@ class PostgresStore:
         with self._read() as conn:
             return labels.every(conn, PH, self._scope)
 
-    # Experiments (citerag.store.experiments): likewise.
     def start_experiment(self, experiment: Experiment) -> Experiment:
         with self._write() as conn:
             return experiments.start(conn, PH, experiment, self._scope)
@@ -366,7 +367,6 @@ class PostgresStore:
         with self._read() as conn:
             return experiments.every(conn, PH, self._scope)
 
-    # Sources (citerag.store.sources): likewise.
     def sources(self) -> list[SourceInfo]:
         with self._read() as conn:
             return sources.every(conn, PH, self._scope)

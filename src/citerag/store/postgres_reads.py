@@ -15,13 +15,14 @@ from citerag.types import Document, Facets, Locator, StoredChunk
 if TYPE_CHECKING:  # the [postgres] extra: store/postgres.py says what to install when it is missing
     import psycopg
 
-DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at, tags"
+DOC_COLUMNS = ("id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at, tags,"
+               " read_groups")
 
 
 def document(row: Sequence[Any]) -> Document:
     return Document(id=row[0], source_path=row[1], name=row[2], title=row[3], sha256=row[4], status=row[5],
                     error=row[6], warnings=list(row[7]), chunk_count=row[8], stamps=dict(row[9]),
-                    updated_at=row[10], tags=list(row[11]))
+                    updated_at=row[10], tags=list(row[11]), groups=list(row[12]))
 
 
 def array(value: Any) -> np.ndarray:
@@ -80,8 +81,9 @@ class PostgresView:
         return out
 
     def facets(self) -> list[Facets]:
-        return [Facets(r[0], r[1], r[2], r[3], r[4], r[5], tuple(r[6])) for r in self.conn.execute(
-            "SELECT id, source_path, chunk_count, stamps->>'extractor', stamps->>'language', updated_at, tags"
+        return [Facets(r[0], r[1], r[2], r[3], r[4], r[5], tuple(r[6]), tuple(r[7])) for r in self.conn.execute(
+            "SELECT id, source_path, chunk_count, stamps->>'extractor', stamps->>'language', updated_at, tags,"
+            " read_groups"
             " FROM documents WHERE collection_id = %s AND status = 'indexed' ORDER BY id", (self.collection_id,))]
 
     def texts(self, ids: Iterable[int]) -> dict[int, str]:

@@ -289,6 +289,10 @@ class SqliteStore:
         with self._write() as db:
             return writes.set_tags(db, doc_id, tags)
 
+    def set_groups(self, doc_id: int, groups: list[str]) -> bool:
+        with self._write() as db:
+            return writes.set_groups(db, doc_id, groups)
+
     def delete(self, doc_id: int) -> None:
         with self._write() as db:
             writes.delete(db, doc_id)

@@ -13,13 +13,15 @@ import numpy as np
 from citerag.store.base import ChunkBatch, Snapshot
 from citerag.types import Document, Facets, Locator, StoredChunk
 
-DOC_COLUMNS = "id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at, tags"
+DOC_COLUMNS = ("id, source_path, name, title, sha256, status, error, warnings, chunk_count, stamps, updated_at, tags,"
+               " read_groups")
 
 
 def document(row: tuple[Any, ...]) -> Document:
     return Document(id=row[0], source_path=row[1], name=row[2], title=row[3], sha256=row[4], status=row[5],
                     error=row[6], warnings=json.loads(row[7]), chunk_count=row[8],
-                    stamps=json.loads(row[9]), updated_at=row[10], tags=json.loads(row[11]))
+                    stamps=json.loads(row[9]), updated_at=row[10], tags=json.loads(row[11]),
+                    groups=json.loads(row[12]))
 
 
 def locators(value: str) -> list[Locator]:
@@ -89,10 +91,11 @@ class SqliteView:
         return out
 
     def facets(self) -> list[Facets]:
-        return [Facets(i, path, chunks, extractor, language, at, () if tags == "[]" else tuple(json.loads(tags)))
-                for i, path, chunks, extractor, language, at, tags in self._db.execute(
+        return [Facets(i, path, chunks, extractor, language, at, () if tags == "[]" else tuple(json.loads(tags)),
+                       () if groups == "[]" else tuple(json.loads(groups)))
+                for i, path, chunks, extractor, language, at, tags, groups in self._db.execute(
                     "SELECT id, source_path, chunk_count, json_extract(stamps, '$.extractor'),"
-                    " json_extract(stamps, '$.language'), updated_at, tags FROM documents"
+                    " json_extract(stamps, '$.language'), updated_at, tags, read_groups FROM documents"
                     " WHERE status = 'indexed' ORDER BY id")]
 
     def texts(self, ids: Iterable[int]) -> dict[int, str]:

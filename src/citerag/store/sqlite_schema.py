@@ -10,7 +10,7 @@ from pathlib import Path
 from citerag.errors import CiteragError
 
 DB_NAME = "index.sqlite3"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # The change log: which document each generation changed, so that a search index that lags catches up per
 # document instead of rebuilding. One row per change is small; it is never trimmed.
@@ -33,7 +33,8 @@ _CREATE = (
     canonical_text TEXT,
     locators TEXT NOT NULL DEFAULT '[]',
     updated_at TEXT NOT NULL,
-    tags TEXT NOT NULL DEFAULT '[]'
+    tags TEXT NOT NULL DEFAULT '[]',
+    read_groups TEXT NOT NULL DEFAULT '[]'
 )""",
     """CREATE TABLE chunks (
     id INTEGER PRIMARY KEY,
@@ -137,6 +138,10 @@ def _add_tags(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE documents ADD COLUMN tags TEXT NOT NULL DEFAULT '[]'")
 
 
+def _add_read_groups(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE documents ADD COLUMN read_groups TEXT NOT NULL DEFAULT '[]'")
+
+
 # (the version a step reaches, what it adds, the step). Steps run in order inside one write transaction,
 # so an upgrade is all or nothing; never edit a released step, append a new one.
 _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
@@ -149,6 +154,7 @@ _MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (7, "experiments: two pipeline arms with a traffic split", _add_experiments),
     (8, "sources: folders, Git repositories and websites synced into the collection", _add_sources),
     (9, "documents.tags: what people say of a document, a search filter", _add_tags),
+    (10, "documents.read_groups: the groups that may read a document (empty: everyone)", _add_read_groups),
 ]
 assert _MIGRATIONS[-1][0] == SCHEMA_VERSION
 

@@ -105,6 +105,13 @@ def set_tags(db: sqlite3.Connection, doc_id: int, tags: list[str]) -> bool:
     return True
 
 
+def set_groups(db: sqlite3.Connection, doc_id: int, groups: list[str]) -> bool:
+    if not db.execute("UPDATE documents SET read_groups = ? WHERE id = ?", (json.dumps(groups), doc_id)).rowcount:
+        return False
+    _bump_generation(db, doc_id)
+    return True
+
+
 def delete(db: sqlite3.Connection, doc_id: int) -> None:
     if db.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount:
         _bump_generation(db, doc_id)
