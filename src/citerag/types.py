@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,8 @@ UPLOAD_SCHEME = "upload:"
 SOURCE_SCHEME = "source:"
 # A document's tag (citerag.search.filters, a source's tag rules): letters, digits and . _ : / -, at most 64.
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}\Z")
+# A group that may read a document (Document.groups), as an identity provider names it (sre, team:hr, a@b/c).
+GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}\Z")
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,12 @@ class Document:
     tags: list[str] = field(default_factory=list)
     # The groups that may read it (citerag.keystore's principals); empty: everyone who may read the collection.
     groups: list[str] = field(default_factory=list)
+
+
+def readable_by(groups: Sequence[str], audience: frozenset[str] | None) -> bool:
+    """Whether a caller who may read `audience`'s documents (None: every document) may read a document open to
+    `groups` (empty: everyone who may read its collection). The one rule every route and index applies."""
+    return audience is None or not groups or not audience.isdisjoint(groups)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from citerag.settings import Settings
 from citerag.store import ChunkStats, Store
 from citerag.trace import sink
 from citerag.trace.setup import Sink
-from citerag.types import Answer, Document, SearchResult, StoredChunk
+from citerag.types import Answer, Document, SearchResult, StoredChunk, readable_by
 
 log = logging.getLogger("citerag")
 
@@ -196,7 +196,6 @@ class Collection:
         assert new is not None
         return Accepted(new, False)
 
-    # Reading
     def documents(self) -> list[Document]:
         return list(self.store.documents())
 
@@ -207,17 +206,18 @@ class Collection:
         """Indexed under stamps that differ from this collection's settings (`reindex --stale` rebuilds it)."""
         return self.indexer.stale(doc)
 
-    def canonical_text(self, document_id: int) -> str:
+    def canonical_text(self, document_id: int) -> str:  # route and tools check who may read it (app/access.py)
         return self.store.canonical_text(document_id)
 
-    def status(self) -> CollectionStatus:
-        rows = [DocumentStatus(d, is_stale(d, self.indexer.stamps_for(d.name))) for d in self.store.documents()]
+    def status(self, audience: frozenset[str] | None = None) -> CollectionStatus:
+        """Its documents, those a caller who may read `audience`'s (None: all), and how it answers."""
+        rows = [DocumentStatus(d, is_stale(d, self.indexer.stamps_for(d.name))) for d in self.store.documents()
+                if readable_by(d.groups, audience)]
         newer = {name: (getattr(self.settings, name), default) for name, default in self.newer_defaults.items()}
         return CollectionStatus(self.name, self.location, rows, self.refusal_status(self.settings), newer,
                                 self.retriever_status(self.settings))
 
-    def retriever_status(self, settings: Settings) -> RetrieverStatus:
-        """How these settings rank questions (status, the API's collection view)."""
+    def retriever_status(self, settings: Settings) -> RetrieverStatus:  # status, the API's collection view
         return RetrieverStatus(settings.mode, settings.lexical_weight, foreign_share(settings.embedding_model),
                                settings.embedding_model)
 

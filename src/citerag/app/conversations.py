@@ -16,7 +16,7 @@ from typing import Any
 
 from citerag.answer.followup import PastTurn, condensed_query, folded_query
 from citerag.answer.generators.base import GeneratorError
-from citerag.app import experiments
+from citerag.app import access, experiments
 from citerag.app.collection import Collection
 from citerag.app.models import AskOptions, Followup
 from citerag.errors import CiteragError
@@ -42,14 +42,14 @@ def past_turns(turns: Sequence[Turn]) -> list[PastTurn]:
                                                                if c.get("section")))) for t in turns]
 
 
-def history(collection: Collection, conversation_id: str | None, owner: str) -> tuple[str, list[PastTurn]]:
-    """The conversation's id (a new one for None) and its earlier turns; ConversationNotFound if not the owner's."""
+def history(collection: Collection, conversation_id: str | None, owner: str,
+            options: AskOptions | None) -> tuple[str, list[PastTurn]]:
+    """The conversation's id (a new one for None) and its earlier turns as the caller may read them now (the
+    options' audience); ConversationNotFound if not the owner's."""
     if conversation_id is None:
         return uuid.uuid4().hex, []
-    found = collection.store.conversation(conversation_id)
-    if found is None or found[0].owner != owner:
-        raise ConversationNotFound(f"conversation {conversation_id!r} not found")
-    return conversation_id, past_turns(found[1])
+    audience = options.filters.audience if options is not None else None
+    return conversation_id, past_turns(conversation(collection, conversation_id, owner, audience)[1])
 
 
 def retrieval_query(collection: Collection, earlier: Sequence[PastTurn], question: str,
@@ -89,7 +89,7 @@ def ask(collection: Collection, question: str, *, owner: str, conversation_id: s
         options: AskOptions | None = None, earlier: Sequence[PastTurn] | None = None) -> Asked:
     """Answer `question` in the conversation (a new one when None) and keep the turn. `earlier` replaces the
     stored history (an OpenAI client sends the whole conversation each time)."""
-    cid, stored = history(collection, conversation_id, owner)
+    cid, stored = history(collection, conversation_id, owner, options)
     turns = list(earlier) if earlier is not None else stored
     options = experiments.route(collection, options, owner, cid)  # the arm's generator rewrites, too
     followup = retrieval_query(collection, turns, question, options, cid)
@@ -103,7 +103,7 @@ def ask_events(collection: Collection, question: str, *, owner: str, conversatio
                ) -> Iterator[tuple[str, Any]]:
     """As `ask`, streamed: ("conversation", {id, query}) first, then the question path's events; the turn is kept
     when the final answer has come."""
-    cid, stored = history(collection, conversation_id, owner)
+    cid, stored = history(collection, conversation_id, owner, options)
     turns = list(earlier) if earlier is not None else stored
     options = experiments.route(collection, options, owner, cid)  # the arm's generator rewrites, too
     followup = retrieval_query(collection, turns, question, options, cid)
@@ -119,11 +119,13 @@ def conversations(collection: Collection, owner: str) -> list[ConversationInfo]:
     return collection.store.conversations(owner)
 
 
-def conversation(collection: Collection, conversation_id: str, owner: str) -> tuple[ConversationInfo, list[Turn]]:
+def conversation(collection: Collection, conversation_id: str, owner: str,
+                 audience: frozenset[str] | None = None) -> tuple[ConversationInfo, list[Turn]]:
+    """The owner's conversation, its turns as a caller who may read `audience`'s documents may read them now."""
     found = collection.store.conversation(conversation_id)
     if found is None or found[0].owner != owner:
         raise ConversationNotFound(f"conversation {conversation_id!r} not found")
-    return found
+    return found[0], access.turns(collection, found[1], audience)
 
 
 def delete(collection: Collection, conversation_id: str, owner: str) -> None:

@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from citerag.app import access
 from citerag.app.collection import Collection
 from citerag.errors import CiteragError
 from citerag.trace.store import root_span
@@ -36,9 +37,10 @@ class Feedback:
     comment: str = ""
 
 
-def give(collection: Collection, trace_id: str, feedback: Feedback, by: str) -> dict[str, Any]:
+def give(collection: Collection, trace_id: str, feedback: Feedback, by: str,
+         audience: frozenset[str] | None = None) -> dict[str, Any]:
     """Keep `feedback` by `by` (an API key's id, or "local") on the answer traced as `trace_id`; the record kept,
-    with how many the answer now has."""
+    with how many the answer now has. An answer that names a document `audience` may not read is not found."""
     if feedback.source is not None and feedback.none_right:
         raise FeedbackError("give either source or none_right, not both", "source")
     if len(feedback.comment) > MAX_COMMENT_CHARS:
@@ -46,7 +48,8 @@ def give(collection: Collection, trace_id: str, feedback: Feedback, by: str) -> 
     missing = AnswerNotFound(f"answer {trace_id} not found")
     store = collection.traces
     record = store.get(trace_id) if store is not None else None
-    if store is None or record is None or record.get("operation") != "ask":
+    if store is None or record is None or record.get("operation") != "ask" or \
+            not access.names_only_readable(collection, access.trace_documents(record), audience):
         raise missing
     traced = root_span(record)["attributes"]
     cited = int(traced.get("citerag.citations.count", 0))

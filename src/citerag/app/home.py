@@ -13,7 +13,7 @@ share its query-vector cache.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from citerag.app.collection import Collection
 from citerag.app.models import AskOptions, CollectionStatus, SearchOptions
 from citerag.app.shared import Shared
 from citerag.app.stamps import keep_indexed_choices
+from citerag.audit.base import AuditLog
 from citerag.backends import open_backend
 from citerag.catalog.base import COLLECTION_NAME as COLLECTION_NAME  # the name rule, for the entry points
 from citerag.catalog.base import Catalog
@@ -32,6 +33,7 @@ from citerag.ingest.indexer import Progress
 from citerag.jobs.job import Handler, IngestQueue
 from citerag.keystore.base import KeyStore
 from citerag.settings import Settings, load_settings
+from citerag.store.base import Store
 from citerag.trace import configure
 from citerag.types import Answer, Document, SearchResult
 
@@ -49,6 +51,11 @@ def open_queue(home: Settings, run: Handler) -> IngestQueue:
 def open_key_store(home: Settings) -> KeyStore:
     """The API keys of the home these settings name (the service's and `citerag keys`)."""
     return open_backend(home).key_store(home)
+
+
+def open_audit_log(home: Settings) -> AuditLog:
+    """The audit trail of the home these settings name (the service's `svc.audit` and `citerag audit`)."""
+    return open_backend(home).audit(home)
 
 
 class Citerag(Shared):
@@ -173,10 +180,17 @@ class Citerag(Shared):
 
     def tag(self, document: str, tags: list[str]) -> Document:
         """Replace the tags of the document with this id, or ingested from this path."""
+        return self._change(document, lambda store, doc_id: store.set_tags(doc_id, tags))
+
+    def restrict(self, document: str, groups: list[str]) -> Document:
+        """Replace the groups that may read the document with this id, or ingested from this path."""
+        return self._change(document, lambda store, doc_id: store.set_groups(doc_id, groups))
+
+    def _change(self, document: str, change: Callable[[Store, int], bool]) -> Document:
         collection = self.collection()
         doc = collection.document(int(document)) if document.isdecimal() else \
             collection.store.document_by_path(str(Path(document).resolve()))
-        if doc is None or not collection.store.set_tags(doc.id, tags):
+        if doc is None or not change(collection.store, doc.id):
             raise CiteragError(f"no document {document!r} in {collection.location}")
         return collection.document(doc.id) or doc
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from citerag.errors import CiteragError
+from citerag.keystore.base import checked_groups  # noqa: F401 - for the entry points
 from citerag.refusal import RefusalRule
 from citerag.search.filters import FilterError, Filters, checked_tags  # noqa: F401 - for the entry points
 from citerag.types import Document
@@ -67,7 +68,7 @@ class DocumentStatus:
         d = self.document
         return {"id": d.id, "source_path": d.source_path, "name": d.name, "title": d.title, "status": d.status,
                 "error": d.error, "warnings": d.warnings, "chunk_count": d.chunk_count, "stamps": d.stamps,
-                "tags": d.tags,
+                "tags": d.tags, "groups": d.groups,
                 "stale": self.stale, "updated_at": d.updated_at}
 
 

@@ -235,7 +235,7 @@ class Query:
         fields = RETRIEVAL_SETTINGS | (ANSWER_SETTINGS if level == "answer" else set())
         return cache_key(level, {"store": self.settings.store_url, "collection": self.host.name,
                                  "generation": generation, "settings": self.settings.model_dump(include=fields),
-                                 "filters": self.filters.as_json(), "text": text})
+                                 "filters": self.filters.key(), "text": text})
 
     def _cache_answer(self, question: str, generation: int, hits: list[Hit], answer: Answer) -> None:
         """Kept under the generation of the view it was computed from."""

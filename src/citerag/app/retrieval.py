@@ -73,8 +73,9 @@ def open_retriever(host: Host, embed: Callable[[str], np.ndarray] | None = None,
         host.persist_indexes()
 
 
-def _allowed(host: Host, view: StoreView, filters: Filters) -> Allowed:
-    """The filters resolved against the view, once per generation of the collection (every change moves it)."""
+def _allowed(host: Host, view: StoreView, filters: Filters) -> Allowed | None:
+    """The filters resolved against the view, once per generation of the collection (every change, a document's
+    groups included, moves it)."""
     key = (host.settings.store_url, host.location, host.name, view.generation, filters)
-    found: Allowed = host.app.resolved(key, lambda: filters.resolve(view))
+    found: Allowed | None = host.app.resolved(key, lambda: filters.resolve(view))
     return found

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from citerag.app import access
 from citerag.app.collection import Collection
 from citerag.errors import CiteragError
 from citerag.ingest.files import Source
@@ -110,8 +111,7 @@ def get(collection: Collection, name: str) -> SourceInfo:
     return found
 
 
-def workdir(collection: Collection, name: str) -> Path:
-    """The source's private cache on this machine (a Git source's clone)."""
+def workdir(collection: Collection, name: str) -> Path:  # the source's cache on this machine (a Git clone)
     return collection.settings.index_dir / "sources" / f"{collection.name}.{name}"
 
 
@@ -243,6 +243,8 @@ def _index(collection: Collection, info: SourceInfo, change: Fetched, old: Sourc
            report: SyncReport) -> None:
     name, sha = info.name, collection.save_original(change.data)  # saved first: a citation always finds it
     before = collection.document(old.document_id) if old else None
+    if (groups := rule_tags(info.options, change.key, "groups")) is not None:  # before its text is searchable
+        access.restrict_first(collection, uri(name, change.key), change.name, sha, groups)
     with collection.write_lock:
         outcome = collection.index_document(Source(uri(name, change.key), change.data, name=change.name),
                                             refit=False)
@@ -281,8 +283,7 @@ def _settle(collection: Collection, info: SourceInfo, report: SyncReport, starte
         collection.store.put_source(info)
 
 
-def due(collection: Collection, now: float | None = None) -> list[str]:
-    """The sources whose next run has come."""
+def due(collection: Collection, now: float | None = None) -> list[str]:  # the sources whose next run has come
     at = _now() if now is None else now
     return [s.name for s in collection.store.sources() if s.status.get("next_run") is not None
             and float(s.status["next_run"]) <= at]

@@ -39,8 +39,9 @@ class Uploaded:
 
 
 def upload(collection: Collection, jobs: IngestQueue, name: str, data: bytes,
-           tags: list[str] | None = None) -> Uploaded:
-    """`tags`, when given, replace the document's (checked by the caller: citerag.search.filters.checked_tags)."""
+           tags: list[str] | None = None, groups: list[str] | None = None) -> Uploaded:
+    """`tags` and `groups` (who may read it), when given, replace the document's (checked by the caller:
+    citerag.search.filters.checked_tags, citerag.keystore.base.checked_groups)."""
     name = upload_name(name)  # the route checked it already (to name its field); every other caller is held here
     sha = collection.save_original(data)  # before the document exists, so its job always finds the bytes
     accepted = collection.accept(Source(UPLOAD_SCHEME + name, data, name))
@@ -51,6 +52,9 @@ def upload(collection: Collection, jobs: IngestQueue, name: str, data: bytes,
     if tags is not None and tags != doc.tags:  # before its job runs: indexing keeps them
         collection.store.set_tags(doc.id, tags)
         doc.tags = list(tags)
+    if groups is not None and groups != doc.groups:  # before its job runs, so it is never searched open
+        collection.store.set_groups(doc.id, groups)
+        doc.groups = list(groups)
     if not accepted.existed:
         jobs.submit(Job(collection.name, doc.id, doc.name, sha))
     return Uploaded(doc, accepted.existed, sha)
@@ -59,6 +63,14 @@ def upload(collection: Collection, jobs: IngestQueue, name: str, data: bytes,
 def set_tags(collection: Collection, doc: Document, tags: list[str]) -> Document:
     """Replace the document's tags: a new generation, so no cached result of a filtered search outlives them."""
     if not collection.store.set_tags(doc.id, tags):
+        raise CiteragError(f"no document {doc.id} in collection {collection.name!r}")
+    return collection.document(doc.id) or doc
+
+
+def set_groups(collection: Collection, doc: Document, groups: list[str]) -> Document:
+    """Replace who may read the document, in one transaction and a new generation: the next request after it,
+    searches, answers, caches, files, texts and conversations alike, reads with it."""
+    if not collection.store.set_groups(doc.id, groups):
         raise CiteragError(f"no document {doc.id} in collection {collection.name!r}")
     return collection.document(doc.id) or doc
 

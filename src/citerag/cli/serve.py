@@ -77,8 +77,13 @@ def keys_group() -> None:
 @index_option
 @click.option("--collection", default=None, help="The collection the key is for; omit for a server admin key.")
 @click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
-def keys_create(index: str | None, collection: str | None, scope: str) -> None:
-    """Print a new key (once): read = search and ask; write = also upload, replace, delete; admin = all."""
+@click.option("--user", default=None, help="The user the key belongs to: it reads with the user's groups.")
+@click.option("--group", "groups", multiple=True, help="A service key's group (repeat the option).")
+def keys_create(index: str | None, collection: str | None, scope: str, user: str | None,
+                groups: tuple[str, ...]) -> None:
+    """Print a new key (once): read = search and ask; write = also upload, replace, delete; admin = all, every
+    document included. Below admin, a key reads the documents open to everyone and those of its user's groups
+    (--user) or its own (--group)."""
     settings = load_settings(index)
     if collection is not None:
         check_collection_name(collection)  # one line naming the rule, before the name reaches the catalog
@@ -87,7 +92,7 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
                 raise CiteragError(f"no collection {collection!r} in {_home(settings)} "
                                    f"(collections: {', '.join(catalog.names())})")
     with _key_store(settings) as keys:
-        token = keys.create(collection, scope)
+        token = keys.create(collection, scope, user, groups)
     click.echo(token)
     click.echo(f"{scope} key for {'every collection' if collection is None else f'collection {collection!r}'}; "
                "it is not shown again", err=True)
@@ -98,7 +103,8 @@ def keys_create(index: str | None, collection: str | None, scope: str) -> None:
 def keys_list(index: str | None) -> None:
     """Prefix, collection, scope and creation time of every key (never the key)."""
     for key in _keys(load_settings(index)):
-        click.echo(f"crk_{key.prefix}  {key.collection or '*':<20} {key.scope:<6} {key.created_at}")
+        whose = f"user:{key.user}" if key.user else ",".join(key.groups) or "-"
+        click.echo(f"crk_{key.prefix}  {key.collection or '*':<20} {key.scope:<6} {key.created_at}  {whose}")
 
 
 @keys_group.command("revoke")

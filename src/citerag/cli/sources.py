@@ -54,13 +54,17 @@ def sources_group() -> None:
 @click.option("--tag", "tags", multiple=True, metavar="GLOB=TAG",
               help="Tag the documents whose path (or URL) matches, for `--filter tags=TAG` (docs/runbooks/**=sre); "
                    "repeat for several. With rules, a document's tags are the rules' at each sync.")
+@click.option("--group", "groups", multiple=True, metavar="GLOB=GROUP",
+              help="Let only GROUP read the documents whose path (or URL) matches (hr/**=hr); repeat for several. "
+                   "With rules, a document's groups are the rules' at each sync (none matching: everyone).")
 @click.option("--every", metavar="DURATION", help="Sync on this interval (90s, 15m, 6h, 1d) when a server runs.")
 @click.option("--cron", metavar="EXPR", help="Or on this cron expression (minute hour day month weekday).")
 @index_option
 @collection_option
 def add_command(name: str, folder: str | None, git: str | None, web: str | None, branch: str | None,
                 globs: tuple[str, ...], link: str | None, sitemap: str | None, prefix: str | None,
-                rate: float | None, max_pages: int | None, watch: bool, tags: tuple[str, ...], every: str | None,
+                rate: float | None, max_pages: int | None, watch: bool, tags: tuple[str, ...], groups: tuple[str, ...],
+                every: str | None,
                 cron: str | None, index: str | None, collection: str | None) -> None:
     """Add a source (then `citerag sources sync NAME`, or let a server sync it on its schedule)."""
     given = [(k, v) for k, v in (("folder", folder), ("git", git), ("web", web)) if v]
@@ -73,6 +77,8 @@ def add_command(name: str, folder: str | None, git: str | None, web: str | None,
                                                  ("watch", watch or None)) if v is not None}
     if tags:
         options["tags"] = [list(t.rpartition("=")[::2]) if "=" in t else [t, ""] for t in tags]
+    if groups:
+        options["groups"] = [list(g.rpartition("=")[::2]) if "=" in g else [g, ""] for g in groups]
     info = SourceInfo(name, kind, location, options, _duration(every), cron)
     with Citerag.open(load_settings(index), create=True) as app:
         added = sources.add(app.collection(collection), info)

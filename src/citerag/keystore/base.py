@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from citerag.errors import CiteragError
+from citerag.types import GROUP
 
 SCOPES = ("read", "write", "admin")
 PREFIX = "crk_"
@@ -179,7 +179,6 @@ def new_key(collection: str | None, scope: str, user: str | None = None, groups:
                   user, json.dumps(checked_groups(groups)))
 
 
-GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}$")  # what an identity provider's group names look like
 MAX_GROUPS = 64
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -18,7 +18,7 @@ from citerag.errors import CiteragError
 from citerag.globs import glob_regex
 from citerag.index.base import Allowed
 from citerag.store.base import StoreView
-from citerag.types import SOURCE_SCHEME, TAG, UPLOAD_SCHEME, Facets
+from citerag.types import SOURCE_SCHEME, TAG, UPLOAD_SCHEME, Facets, readable_by
 
 # A document's `source` is the name of the source that syncs it, or one of these.
 UPLOADED = "upload"  # sent through the API or the page
@@ -52,9 +52,16 @@ class Filters:
     tags: tuple[str, ...] = ()  # any one of the document's tags
     since: str | None = None
     until: str | None = None
+    # Not a caller's choice: the groups of the principal asking (Principal.audience), set by the server. A document
+    # with groups is searched only when one of them is here; None: every document (an admin of the collection).
+    audience: frozenset[str] | None = None
 
     def __bool__(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self))
+        return any(getattr(self, f.name) for f in fields(self) if f.name != "audience") or self.audience is not None
+
+    def seen_by(self, audience: frozenset[str] | None) -> Filters:
+        """These filters for a caller who may read `audience`'s documents."""
+        return replace(self, audience=audience)
 
     @classmethod
     def parse(cls, data: Mapping[str, Any] | None, prefix: str = "filters") -> Filters:
@@ -64,7 +71,7 @@ class Filters:
             return cls()
         if not isinstance(data, Mapping):
             raise FilterError(prefix, "must be an object")
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"audience"}
         for key in data:
             if key not in known:
                 raise FilterError(f"{prefix}.{key}", f"unknown filter; known: {', '.join(sorted(known))}")
@@ -93,11 +100,17 @@ class Filters:
                    tuple(values["tags"]), None if since is None else since[0], None if until is None else until[0])
 
     def as_json(self) -> dict[str, Any]:
-        """The fields that are set (a cache key's part, a trace's attribute)."""
+        """The fields a caller set (what a trace keeps and a replay passes again); the audience is not one."""
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-                for f in fields(self) if getattr(self, f.name)}
+                for f in fields(self) if getattr(self, f.name) and f.name != "audience"}
+
+    def key(self) -> dict[str, Any]:
+        """What a cached result depends on: the caller's filters and whose documents it may read."""
+        return self.as_json() | ({} if self.audience is None else {"audience": sorted(self.audience)})
 
     def matches(self, document: Facets) -> bool:
+        if not readable_by(document.groups, self.audience):
+            return False
         if self.source and source_of(document.source_path) not in self.source:
             return False
         if self.type and document.extractor not in self.type:
@@ -121,9 +134,13 @@ class Filters:
         low, high = _instant(self.since, "since"), _instant(self.until, "until", end=True)
         return None if low is None else low[1], None if high is None else high[1]
 
-    def resolve(self, view: StoreView) -> Allowed:
-        """The view's indexed documents that match, and the chunks they hold."""
-        chosen = [d for d in view.facets() if self.matches(d)]
+    def resolve(self, view: StoreView) -> Allowed | None:
+        """The view's indexed documents that match, and the chunks they hold; None when every one does (the
+        indexes' unfiltered path ranks the same, faster)."""
+        facets = view.facets()
+        chosen = [d for d in facets if self.matches(d)]
+        if len(chosen) == len(facets):
+            return None
         return Allowed.of((d.id for d in chosen), sum(d.chunk_count for d in chosen))
 
 

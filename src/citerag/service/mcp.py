@@ -31,6 +31,7 @@ from citerag.errors import CiteragError
 from citerag.keystore.base import LOCAL, Principal
 from citerag.service.errors import ApiError
 from citerag.service.present import answer_json, search_json
+from citerag.types import readable_by
 
 PATH = "/mcp"
 MAX_READ = 20_000  # characters read_document returns at most in one call: an agent pages through longer ranges
@@ -74,8 +75,8 @@ def build(resolve: Resolve) -> MCPServer:
         """The collections you may read, with how many documents each holds."""
         access = resolve(ctx)
         names = [n for n in access.core.collection_names() if access.who.sees(n)]
-        return {"collections": [{"name": n, "documents": len(access.core.collection(n).status().documents)}
-                                for n in names]}
+        return {"collections": [{"name": n, "documents": len(access.core.collection(n).status(access.who.audience)
+                                                             .documents)} for n in names]}
 
     @server.tool()
     def search(ctx: Context, collection: str, query: str, k: int = 5,
@@ -86,10 +87,12 @@ def build(resolve: Resolve) -> MCPServer:
         "since": "2026-01-01", "until": ...}, each a string or a list of strings (any one matches)."""
         if not 1 <= k <= 50:
             raise ToolError("k: expected 1 to 50")
-        target = _collection(resolve(ctx), collection)
+        caller = resolve(ctx)
+        target = _collection(caller, collection)
         text = _text(query, "query")
         try:
-            result = target.search(text, SearchOptions(k=k, filters=Filters.parse(filters)))
+            result = target.search(text, SearchOptions(k=k, filters=Filters.parse(filters).seen_by(
+                caller.who.audience)))
         except CiteragError as exc:
             raise ToolError(str(exc)) from None
         return search_json(target.name, text, result)
@@ -99,10 +102,11 @@ def build(resolve: Resolve) -> MCPServer:
         """An answer from `collection`'s documents: its [n] markers name the entries of `citations` (document,
         section, quote, character range). `refused` is true, with no citations, when nothing in the collection
         is close enough to the question: say so rather than answer from elsewhere. `filters` as for search."""
-        target = _collection(resolve(ctx), collection)
+        caller = resolve(ctx)
+        target = _collection(caller, collection)
         text = _text(question, "question")
         try:
-            answer = target.ask(text, AskOptions(filters=Filters.parse(filters)))
+            answer = target.ask(text, AskOptions(filters=Filters.parse(filters).seen_by(caller.who.audience)))
         except CiteragError as exc:
             raise ToolError(str(exc)) from None
         return answer_json(target.name, answer)
@@ -112,9 +116,10 @@ def build(resolve: Resolve) -> MCPServer:
                       end: int | None = None) -> dict[str, Any]:
         """Characters [start, end) of a document's canonical text, the text citation ranges index into (at most
         20,000 per call; `end` omitted: as far as that allows). Read around a quote to see its context."""
-        target = _collection(resolve(ctx), collection)
+        caller = resolve(ctx)
+        target = _collection(caller, collection)
         doc = target.document(document_id)
-        if doc is None:
+        if doc is None or not readable_by(doc.groups, caller.who.audience):  # the same words for both
             raise ToolError(f"document {document_id} not found in collection {collection!r}")
         if doc.status != "indexed":
             raise ToolError(f"document {document_id} is {doc.status}: it has no text yet")

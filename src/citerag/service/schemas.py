@@ -93,6 +93,11 @@ class TagsRequest(_Body):
                                                         ". _ : / -, at most 64 each.")
 
 
+class GroupsRequest(_Body):
+    groups: list[str] = Field(max_length=64, description="The groups that may read the document, replacing its own "
+                                                          "([]: everyone who may read the collection).")
+
+
 class SessionRequest(_Body):
     key: str = Field(min_length=1, max_length=200)
 
@@ -127,5 +132,9 @@ class SourceRequest(_Body):
     tags: list[Annotated[list[str], Field(min_length=2, max_length=2)]] | None = Field(
         default=None, max_length=100,
         description="Rules [GLOB, TAG]: a document whose path or URL matches GLOB carries TAG (a search filter).")
+    groups: list[Annotated[list[str], Field(min_length=2, max_length=2)]] | None = Field(
+        default=None, max_length=100,
+        description="Rules [GLOB, GROUP]: only GROUP reads a document whose path or URL matches GLOB (several "
+                    "matching: any of them; none: everyone who reads the collection).")
     interval_s: float | None = Field(default=None, ge=1, le=366 * 86400)
     cron: str | None = Field(default=None, max_length=200)

@@ -10,23 +10,23 @@ from pathlib import Path
 from citerag.errors import CiteragError
 from citerag.globs import glob_regex
 from citerag.sources.base import Change, Failed, Fetched, Known, Unchanged, Unreachable, Upstream
-from citerag.types import TAG, SourceInfo
+from citerag.types import GROUP, TAG, SourceInfo
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 KINDS = ("folder", "git", "web")
 # The options each kind takes (`citerag sources add` and the API check them against this before storing).
 OPTIONS = {
-    "folder": {"globs", "max_bytes", "watch", "tags"},
-    "git": {"branch", "globs", "link", "max_bytes", "tags"},
-    "web": {"sitemap", "prefix", "rate", "max_pages", "max_bytes", "tags"},
+    "folder": {"globs", "max_bytes", "watch", "tags", "groups"},
+    "git": {"branch", "globs", "link", "max_bytes", "tags", "groups"},
+    "web": {"sitemap", "prefix", "rate", "max_pages", "max_bytes", "tags", "groups"},
 }
 
 
-def rule_tags(options: dict[str, object], key: str) -> list[str] | None:
-    """The tags a source's rules give the document at `key` (its relative path, repository path or URL): each rule
-    [GLOB, TAG] whose glob matches adds its tag; None when the source has no rules (its documents' tags are then
-    left as people set them)."""
-    rules = options.get("tags")
+def rule_tags(options: dict[str, object], key: str, option: str = "tags") -> list[str] | None:
+    """The tags (or, for option "groups", the groups that may read it) a source's rules give the document at `key`
+    (its relative path, repository path or URL): each rule [GLOB, VALUE] whose glob matches adds its value; None
+    when the source has no rules (its documents' are then left as people set them)."""
+    rules = options.get(option)
     if not isinstance(rules, list):
         return None
     found: list[str] = []
@@ -47,11 +47,12 @@ def checked(info: SourceInfo) -> SourceInfo:
     if unknown:
         raise CiteragError(f"a {info.kind} source takes no option {unknown[0]!r} (it takes: "
                            f"{', '.join(sorted(OPTIONS[info.kind]))})")
-    for rule in info.options.get("tags") or []:
-        if not (isinstance(rule, list | tuple) and len(rule) == 2 and all(isinstance(x, str) for x in rule)
-                and rule[0].strip("/") and TAG.fullmatch(rule[1])):
-            raise CiteragError(f"tags rule {rule!r}: give [GLOB, TAG], a tag of letters, digits and . _ : / - "
-                               "(docs/runbooks/** = sre)")
+    for option, pattern, example in (("tags", TAG, "docs/runbooks/**=sre"), ("groups", GROUP, "hr/**=hr")):
+        for rule in info.options.get(option) or []:
+            if not (isinstance(rule, list | tuple) and len(rule) == 2 and all(isinstance(x, str) for x in rule)
+                    and rule[0].strip("/") and pattern.fullmatch(rule[1])):
+                raise CiteragError(f"{option} rule {rule!r}: give [GLOB, {option[:-1].upper()}], letters, digits "
+                                   f"and . _ : / - ({example})")
     if info.kind == "folder" and not Path(info.location).is_absolute():
         raise CiteragError(f"folder {info.location!r}: give an absolute path")
     if info.kind == "web" and not re.match(r"https?://", info.location):

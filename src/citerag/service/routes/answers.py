@@ -15,6 +15,7 @@ from starlette.background import BackgroundTask
 from citerag.app import experiments
 from citerag.app.models import AskOptions, FilterError, Filters, SearchOptions, check_text
 from citerag.errors import CiteragError
+from citerag.keystore.base import Principal
 from citerag.service.auth import Caller, Readable
 from citerag.service.errors import ApiError
 from citerag.service.metrics import observe_answer, observe_events, observe_search
@@ -33,10 +34,11 @@ def text_field(value: str, field: str) -> str:
         raise ApiError(422, str(exc), field) from None
 
 
-def filters_field(body: SearchFilters | None, field: str = "filters") -> Filters:
-    """A request's filters, their values checked (a 422 names the wrong one: filters.type, ...)."""
+def filters_field(body: SearchFilters | None, who: Principal, field: str = "filters") -> Filters:
+    """A request's filters, their values checked (a 422 names the wrong one: filters.type, ...), for a caller who
+    may read `who.audience`'s documents: every question route goes through here."""
     try:
-        return Filters.parse(None if body is None else body.model_dump(exclude_none=True), field)
+        return Filters.parse(None if body is None else body.model_dump(exclude_none=True), field).seen_by(who.audience)
     except FilterError as exc:
         raise ApiError(422, str(exc), exc.field) from None
 
@@ -44,10 +46,10 @@ def filters_field(body: SearchFilters | None, field: str = "filters") -> Filters
 # The bodies go out as JSONResponse: a dict returned would be walked again by FastAPI's jsonable_encoder, the
 # largest single cost of a cached answer under load (the dicts hold only JSON types: the stream json.dumps them).
 @router.post("/search", response_model=dict[str, Any])
-def search(request: SearchRequest, collection: Readable) -> JSONResponse:
+def search(request: SearchRequest, collection: Readable, who: Caller) -> JSONResponse:
     query = text_field(request.query, "query")
     result = collection.search(query, SearchOptions(mode=request.mode, k=request.k,
-                                                    filters=filters_field(request.filters)))
+                                                    filters=filters_field(request.filters, who)))
     observe_search(collection, result)
     return JSONResponse(search_json(collection.name, query, result))
 
@@ -59,7 +61,7 @@ def ask(request: AskRequest, collection: Readable, who: Caller) -> JSONResponse 
     question = text_field(request.question, "question")
     options = experiments.route(collection, AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
                                                        max_sources=request.max_sources,
-                                                       filters=filters_field(request.filters)), who.key)
+                                                       filters=filters_field(request.filters, who)), who.key)
     if not request.stream:
         answer = experiments.mark(collection.ask(question, options), options)
         observe_answer(collection, answer)

@@ -146,7 +146,7 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                      who: Caller) -> JSONResponse | EventSourceResponse:
     collection = _collection(svc, who, body.model)
     question = _question(body)
-    options = experiments.route(collection, AskOptions(filters=filters_field(body.filters)), who.key)
+    options = experiments.route(collection, AskOptions(filters=filters_field(body.filters, who)), who.key)
     followup = conversations.retrieval_query(collection, _earlier(body), question, options)
     query = followup.query
     base = str(request.base_url).rstrip("/")

@@ -18,9 +18,10 @@ from citerag.settings import CLIENT_SETTINGS
 router = APIRouter(prefix="/v1/collections", tags=["collections"])
 
 
-def collection_json(collection: Collection) -> dict[str, Any]:
+def collection_json(collection: Collection, who: Principal) -> dict[str, Any]:
+    """The collection as `who` sees it: counts of the documents it may read only."""
     s = collection.settings
-    status = collection.status()
+    status = collection.status(who.audience)
     return {"name": collection.name, "counts": status.counts,
             "settings": {key: getattr(s, key) for key in (*CLIENT_SETTINGS, "embedding_model", "generator")},
             # Which rule refuses questions here: the calibrated cuts (with their fit) or the threshold, and why;
@@ -32,7 +33,7 @@ def collection_json(collection: Collection) -> dict[str, Any]:
 @router.get("")
 def list_collections(svc: ServiceDep, who: Caller) -> dict[str, Any]:
     names = [n for n in svc.app.collection_names() if who.sees(n)]
-    return {"collections": [collection_json(svc.app.collection(n)) for n in names]}
+    return {"collections": [collection_json(svc.app.collection(n), who) for n in names]}
 
 
 @router.post("", status_code=201)
@@ -49,12 +50,12 @@ def create_collection(request: CreateCollection, svc: ServiceDep,
         field = f"settings.{problems[0][0]}" if problems and problems[0][0] else "settings"
         raise ApiError(422, "; ".join(f"settings.{loc}: {msg}" if loc else msg for loc, msg in problems)
                        or "invalid settings", field) from None
-    return collection_json(created)
+    return collection_json(created, who)
 
 
 @router.get("/{name}")
-def get_collection(collection: Readable) -> dict[str, Any]:
-    return collection_json(collection)
+def get_collection(collection: Readable, who: Caller) -> dict[str, Any]:
+    return collection_json(collection, who)
 
 
 @router.delete("/{name}", status_code=204)

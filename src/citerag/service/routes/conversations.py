@@ -48,7 +48,7 @@ def _ask(collection: Collection, who: Caller, request: AskRequest,
          conversation_id: str | None) -> JSONResponse | EventSourceResponse:
     question = text_field(request.question, "question")
     options = AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
-                         max_sources=request.max_sources, filters=filters_field(request.filters))
+                         max_sources=request.max_sources, filters=filters_field(request.filters, who))
     if not request.stream:
         asked = _found(lambda: conversations.ask(collection, question, owner=who.key,
                                                  conversation_id=conversation_id, options=options))
@@ -93,7 +93,8 @@ def listed(collection: Readable, who: Caller) -> JSONResponse:
 
 @router.get("/{conversation_id}")
 def read(conversation_id: ConversationId, collection: Readable, who: Caller) -> JSONResponse:
-    found, turns = _found(lambda: conversations.conversation(collection, conversation_id, who.key))
+    found, turns = _found(lambda: conversations.conversation(collection, conversation_id, who.key,
+                                                                          who.audience))
     return JSONResponse({**info_json(found), "turns": [turn_json(collection.name, t) for t in turns]})
 
 

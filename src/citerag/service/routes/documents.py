@@ -16,16 +16,18 @@ from pydantic import BeforeValidator
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from citerag.app import uploads
+from citerag.app import access, uploads
 from citerag.app.collection import Collection
 from citerag.app.models import FilterError, checked_tags
 from citerag.app.names import UnusableName, upload_name
-from citerag.service.auth import Readable, ServiceDep, Writable
+from citerag.errors import CiteragError
+from citerag.keystore.base import Principal, checked_groups
+from citerag.service.auth import Caller, Readable, ServiceDep, Writable
 from citerag.service.errors import ApiError
 from citerag.service.present import HTML_SUFFIXES, document_json, document_url
-from citerag.service.schemas import TagsRequest
+from citerag.service.schemas import GroupsRequest, TagsRequest
 from citerag.service.state import Service
-from citerag.types import Document
+from citerag.types import UPLOAD_SCHEME, Document, readable_by
 
 router = APIRouter(prefix="/v1/collections/{name}/documents", tags=["documents"])
 STATIC = PurePosixPath(__file__).parent.parent / "static"
@@ -49,11 +51,12 @@ def _json(svc: Service, collection: Collection, doc: Document) -> dict[str, Any]
     return document_json(collection.name, doc, collection.is_stale(doc), svc.jobs.state(collection.name, doc.id))
 
 
-def _document(collection: Collection, document_id: int) -> Document:
-    doc = collection.document(document_id)
-    if doc is None:
-        raise ApiError(404, f"document {document_id} not found in collection {collection.name!r}")
-    return doc
+def _document(collection: Collection, document_id: int, who: Principal) -> Document:
+    """The document, or a 404 both when there is none and when the caller may not read it (the same words)."""
+    try:
+        return access.document(collection, document_id, who.audience)
+    except access.NotReadable:
+        raise ApiError(404, f"document {document_id} not found in collection {collection.name!r}") from None
 
 
 def _file_name(upload: UploadFile, field: str) -> str:
@@ -72,8 +75,8 @@ def _read(upload: UploadFile, limit_mb: float) -> bytes:
 
 
 @router.get("")
-def list_documents(collection: Readable, svc: ServiceDep) -> dict[str, Any]:
-    return {"documents": [_json(svc, collection, d) for d in collection.documents()]}
+def list_documents(collection: Readable, svc: ServiceDep, who: Caller) -> dict[str, Any]:
+    return {"documents": [_json(svc, collection, d) for d in access.documents(collection, who.audience)]}
 
 
 def _tags(values: list[str], field: str) -> list[str]:
@@ -83,19 +86,38 @@ def _tags(values: list[str], field: str) -> list[str]:
         raise ApiError(422, str(exc), field) from None
 
 
+def _groups(values: list[str], field: str) -> list[str]:
+    try:
+        return checked_groups(values, field)
+    except CiteragError as exc:
+        raise ApiError(422, str(exc), field) from None
+
+
 @router.post("", status_code=202)
 def upload(files: Annotated[list[UploadFile], File(description="One or more files (repeat the field).")],
-           collection: Writable, svc: ServiceDep,
+           collection: Writable, svc: ServiceDep, who: Caller,
            tags: Annotated[list[str] | None, Form(description="Tags for every file (repeat the field); they "
                                                                "replace an existing document's.")] = None,
+           groups: Annotated[list[str] | None, Form(description="The groups that may read every file (repeat the "
+                                                                 "field; none: everyone who may read the "
+                                                                 "collection); they replace an existing "
+                                                                 "document's.")] = None,
            ) -> dict[str, Any]:
     if len(files) > svc.config.max_files:
         raise ApiError(413, f"{len(files)} files in one request; at most {svc.config.max_files}", "files")
     named = [(_file_name(f, "files"), f) for f in files]  # every name checked before anything is stored
     given = None if tags is None else _tags(tags, "tags")
+    readers = None if groups is None else _groups(groups, "groups")
+    for name, _ in named:
+        held = collection.store.document_by_path(UPLOAD_SCHEME + name)
+        if held is not None and not readable_by(held.groups, who.audience):
+            # Neither its id nor anything of it: only that the name the caller chose is taken.
+            raise ApiError(409, f"the name {name!r} is taken in this collection: upload under another name",
+                           "files")
     out = []
     for name, file in named:
-        taken = uploads.upload(collection, svc.jobs, name, _read(file, collection.settings.max_file_mb), given)
+        taken = uploads.upload(collection, svc.jobs, name, _read(file, collection.settings.max_file_mb), given,
+                               readers)
         doc = taken.document
         if taken.conflict:
             raise ApiError(409, f"a different {name!r} is already document {doc.id}: replace it with "
@@ -106,17 +128,19 @@ def upload(files: Annotated[list[UploadFile], File(description="One or more file
 
 
 @router.get("/events")
-async def events(request: Request, collection: Readable, svc: ServiceDep,
+async def events(request: Request, collection: Readable, svc: ServiceDep, who: Caller,
                  ids: Annotated[str, Query(pattern=r"^[0-9]{0,12}(,[0-9]{1,12}){0,199}$",
                                            description="Comma-separated document ids; empty = all.")] = ""
                  ) -> EventSourceResponse:
-    """`status` events (a document's JSON) whenever one changes; `done` once every named document is settled."""
+    """`status` events (a document's JSON) whenever one changes; `done` once every named document is settled (one
+    the caller may not read is one that does not exist: `missing`)."""
     wanted = {int(i) for i in ids.split(",") if i}
 
     async def stream() -> AsyncIterator[dict[str, str]]:
         last: dict[int, str] = {}
         while not await request.is_disconnected():
-            docs = await run_in_threadpool(lambda: [_json(svc, collection, d) for d in collection.documents()
+            docs = await run_in_threadpool(lambda: [_json(svc, collection, d)
+                                                    for d in access.documents(collection, who.audience)
                                                     if not wanted or d.id in wanted])
             for doc in docs:
                 encoded = json.dumps(doc)
@@ -133,17 +157,16 @@ async def events(request: Request, collection: Readable, svc: ServiceDep,
 
 
 @router.get("/{document_id}")
-def get_document(document_id: DocumentId, collection: Readable,
-                 svc: ServiceDep) -> dict[str, Any]:
-    return _json(svc, collection, _document(collection, document_id))
+def get_document(document_id: DocumentId, collection: Readable, svc: ServiceDep, who: Caller) -> dict[str, Any]:
+    return _json(svc, collection, _document(collection, document_id, who))
 
 
 @router.put("/{document_id}", status_code=202)
 def replace(document_id: DocumentId, file: Annotated[UploadFile, File(description="The new version.")],
-            collection: Writable, svc: ServiceDep) -> dict[str, Any]:
+            collection: Writable, svc: ServiceDep, who: Caller) -> dict[str, Any]:
     """A new version is built and committed before the old one stops being served; if it fails, the old one
     stays and the document says why."""
-    doc = _document(collection, document_id)
+    doc = _document(collection, document_id, who)
     name = _file_name(file, "file")
     if PurePosixPath(name).suffix.lower() != PurePosixPath(doc.name).suffix.lower():
         raise ApiError(422, f"the new version must have the same format as {doc.name!r}", "file")
@@ -152,22 +175,33 @@ def replace(document_id: DocumentId, file: Annotated[UploadFile, File(descriptio
 
 
 @router.put("/{document_id}/tags")
-def put_tags(document_id: DocumentId, request: TagsRequest, collection: Writable, svc: ServiceDep) -> dict[str, Any]:
+def put_tags(document_id: DocumentId, request: TagsRequest, collection: Writable, svc: ServiceDep,
+             who: Caller) -> dict[str, Any]:
     """Replace the document's tags; the next search after this returns sees them (a new generation)."""
-    doc = _document(collection, document_id)
+    doc = _document(collection, document_id, who)
     return _json(svc, collection, uploads.set_tags(collection, doc, _tags(request.tags, "tags")))
 
 
+@router.put("/{document_id}/groups")
+def put_groups(document_id: DocumentId, request: GroupsRequest, collection: Writable, svc: ServiceDep,
+               who: Caller) -> dict[str, Any]:
+    """Replace the groups that may read the document ([]: everyone who may read the collection), in one
+    transaction: the next request after this returns, on every route, reads with them. Only a caller who may read
+    the document may change them."""
+    doc = _document(collection, document_id, who)
+    changed = uploads.set_groups(collection, doc, _groups(request.groups, "groups"))
+    return _json(svc, collection, changed)
+
+
 @router.delete("/{document_id}", status_code=204)
-def delete(document_id: DocumentId, collection: Writable, svc: ServiceDep) -> Response:
-    uploads.delete(collection, svc.jobs, _document(collection, document_id))
+def delete(document_id: DocumentId, collection: Writable, svc: ServiceDep, who: Caller) -> Response:
+    uploads.delete(collection, svc.jobs, _document(collection, document_id, who))
     return Response(status_code=204)
 
 
 @router.post("/{document_id}/retry", status_code=202)
-def retry(document_id: DocumentId, collection: Writable,
-          svc: ServiceDep) -> dict[str, Any]:
-    doc = _document(collection, document_id)
+def retry(document_id: DocumentId, collection: Writable, svc: ServiceDep, who: Caller) -> dict[str, Any]:
+    doc = _document(collection, document_id, who)
     if doc.status == "indexed" and not doc.error:
         raise ApiError(409, f"document {doc.id} is indexed; nothing to retry")
     uploads.retry(collection, svc.jobs, doc)
@@ -175,9 +209,9 @@ def retry(document_id: DocumentId, collection: Writable,
 
 
 @router.get("/{document_id}/file", response_model=None)
-def original(document_id: DocumentId, collection: Readable) -> Response:
+def original(document_id: DocumentId, collection: Readable, who: Caller) -> Response:
     """The original bytes of the served version: a PDF opens at #page=N, an HTML page at its #:~:text= quote."""
-    doc = _document(collection, document_id)
+    doc = _document(collection, document_id, who)
     data = collection.read_original(doc)
     if data is None:
         raise ApiError(410, f"the original of {doc.name!r} is no longer where it was indexed from")
@@ -198,18 +232,18 @@ def original(document_id: DocumentId, collection: Readable) -> Response:
 
 
 @router.get("/{document_id}/text", response_class=PlainTextResponse)
-def text(document_id: DocumentId, collection: Readable) -> PlainTextResponse:
+def text(document_id: DocumentId, collection: Readable, who: Caller) -> PlainTextResponse:
     """The canonical text every citation's #char=a,b range indexes into (code points)."""
-    doc = _document(collection, document_id)
+    doc = _document(collection, document_id, who)
     if doc.status != "indexed":
         raise ApiError(409, f"document {doc.id} is {doc.status}: it has no text yet")
     return PlainTextResponse(collection.canonical_text(doc.id))
 
 
 @router.get("/{document_id}/view", response_class=FileResponse)
-def view(document_id: DocumentId, collection: Readable) -> FileResponse:
+def view(document_id: DocumentId, collection: Readable, who: Caller) -> FileResponse:
     """An HTML page showing the canonical text, the #char=a,b range highlighted and scrolled to."""
-    _document(collection, document_id)
+    _document(collection, document_id, who)
     return FileResponse(str(STATIC / "view.html"), media_type="text/html")
 
 

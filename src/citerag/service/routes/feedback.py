@@ -25,7 +25,7 @@ def give_feedback(trace_id: TraceId, request: FeedbackRequest, collection: Reada
     comment = text_field(request.comment, "comment") if request.comment.strip() else ""
     given = feedback.Feedback(request.helpful, request.source, request.none_right, comment)
     try:
-        kept = feedback.give(collection, trace_id, given, who.key)
+        kept = feedback.give(collection, trace_id, given, who.key, who.audience)
     except feedback.AnswerNotFound as exc:
         raise ApiError(404, str(exc)) from None
     except feedback.FeedbackError as exc:

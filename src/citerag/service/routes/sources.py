@@ -18,7 +18,7 @@ from citerag.types import SourceInfo
 
 router = APIRouter(prefix="/v1/collections/{name}/sources", tags=["sources"])
 SourceName = Annotated[str, Path(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$", description="The source's name.")]
-OPTIONS = ("branch", "globs", "link", "sitemap", "prefix", "rate", "max_pages", "watch", "tags")
+OPTIONS = ("branch", "globs", "link", "sitemap", "prefix", "rate", "max_pages", "watch", "tags", "groups")
 
 
 def _get(collection: Any, source: str) -> SourceInfo:
@@ -53,7 +53,7 @@ def _field(message: str) -> str:
     """The request field a validation message is about (its first word names it)."""
     first = message.split(" ", 1)[0]
     return {"source": "name", "a": "options", "folder": "location", "web": "location", "give": "cron",
-            "tags": "tags"}.get(
+            "tags": "tags", "groups": "groups"}.get(
         first, first)
 
 

@@ -1,5 +1,5 @@
-"""A kept trace (citerag.trace.store): its spans as JSON, for a key that sees the trace's collection; for any
-other key it does not exist (404), exactly as for every other route."""
+"""A kept trace (citerag.trace.store): its spans as JSON, for a key that sees the trace's collection and may read
+every document it names; for any other key it does not exist (404), exactly as for every other route."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
+from citerag.app import access
 from citerag.errors import CiteragError
 from citerag.service.auth import Caller, ServiceDep
 from citerag.service.errors import not_found
@@ -34,8 +35,11 @@ def get_trace(trace_id: Annotated[str, Path(pattern=r"^[0-9a-fA-F]{32}$")], svc:
                 record = collection.trace(trace_id.lower())
             except CiteragError:  # deleted meanwhile
                 continue
-            if record is not None:
+            if record is not None and access.names_only_readable(collection, access.trace_documents(record),
+                                                                  who.audience):
                 return record
+            if record is not None:  # it names a document the caller may not read: no such trace, for it
+                raise not_found(f"trace {trace_id}")
             shared = shared or collection.settings.store_scheme != "sqlite"
         if not shared or time.monotonic() + pause > deadline:
             raise not_found(f"trace {trace_id}")
