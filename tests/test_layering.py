@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"settings"},
     {"extract", "chunk", "embed", "cache", "local_postgres", "config_file"},
     {"store"},
-    {"index", "trace"},
+    {"index", "trace", "audit"},
     {"search", "originals", "keystore", "catalog", "jobs", "sources"},
     {"refusal", "answer"},
     {"ingest"},
@@ -30,11 +30,13 @@ LAYERS: list[set[str]] = [
 LAYER = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 # What only the application core composes: entry points (CLI, eval, service, workers) go through citerag.app.
 INTERNALS = ("store", "index", "search", "ingest", "embed", "extract", "backends", "answer.generators", "sources",
-             "answer.pipeline", "catalog", "keystore", "originals")
+             "answer.pipeline", "catalog", "keystore", "originals", "audit")
 ENTRY_UNITS = ("cli", "eval", "service", "workers")
 # Data and pure rules inside those packages that an entry point may name: what an ingestion takes and gives, the
-# gate the evaluation's threshold sweep applies, a generator's Protocol and its error, a key's principal.
-SHARED_DATA = ("citerag.ingest.files", "citerag.search.gate", "citerag.answer.generators.base", "citerag.keystore.base")
+# gate the evaluation's threshold sweep applies, a generator's Protocol and its error, a key's principal, an audit
+# event and its query's checks.
+SHARED_DATA = ("citerag.ingest.files", "citerag.search.gate", "citerag.answer.generators.base", "citerag.keystore.base",
+               "citerag.audit.base")
 
 
 def module_name(path: Path) -> str:

@@ -28,7 +28,7 @@ _NUMBER_FIELDS = ("target", "overlap", "threshold", "max_sources", "k", "rrf_k",
                   "llm_context", "llm_max_tokens", "llm_temperature", "generator_timeout", "generator_retries",
                   "cache_query_ttl", "cache_retrieval_ttl", "cache_answer_ttl", "trace_keep", "semantic_percentile",
                   "queue_attempts", "queue_lease_s", "lexical_weight",
-                  "lexical_threshold", "encoder_threads")
+                  "lexical_threshold", "encoder_threads", "audit_retention_days")
 MODES = ("dense", "bm25", "hybrid", "adaptive")  # the retrievers (citerag.search.retriever)
 _CHOICES = {"strategy": ("A", "B", "C", "D", "E", "F", "G"), "mode": MODES,
             "generator": ("extractive", "llama", "openai"), "vector_index": ("exact", "hnsw"),
@@ -138,6 +138,10 @@ class Settings(BaseModel):
     trace_keep: int = Field(default=10000, ge=0)
     trace_text: bool = False
     otlp_endpoint: str = ""
+    # The home's audit trail (citerag.audit, docs/audit.md): who asked what, which documents were returned or
+    # opened, permission and key changes, in HOME/audit.sqlite3 or the database's audit_events table; events older
+    # than this many days are swept (0 = no audit trail kept at all). The home's settings decide, not a collection's.
+    audit_retention_days: float = Field(default=90.0, ge=0, le=36500, allow_inf_nan=False)
     collection: str = Field(default="default", pattern=COLLECTION_NAME)
     # Where the collection's store lives; empty (the default) = sqlite:///<absolute index_dir>, derived at
     # validation, so it stays out of model_fields_set and follows index_dir in with_changes.

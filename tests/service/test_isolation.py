@@ -146,6 +146,8 @@ def _queries(route: APIRoute, ids: list[int]) -> list[dict[str, str]]:
         return [{"wait": "true"}, {}]
     if names == {"n", "days"}:  # the labelling queue
         return [{"n": "5"}, {"n": "50", "days": "30"}, {}]
+    if names == {"principal", "action", "document", "since", "until", "limit"}:  # the audit trail's filters
+        return [{}, {"document": str(ids[0]), "action": "document", "since": "2000-01-01"}]
     assert names == {"ids"}, f"{route.path}: no probe values for query parameters {sorted(names)}"
     return [{"ids": ",".join(map(str, ids))}, {"ids": str(ids[0])}, {"ids": ""}, {}]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # types only: opening a backend loads no more than the parts that are asked for
+    from citerag.audit.base import AuditLog
     from citerag.catalog.base import Catalog
     from citerag.index.base import SearchBackend
     from citerag.jobs.job import Handler, IngestQueue
@@ -38,6 +39,10 @@ class Backend(Protocol):
 
     def key_store(self, settings: Settings) -> KeyStore:
         """The API keys of the home these settings name."""
+        ...
+
+    def audit(self, settings: Settings) -> AuditLog:
+        """The audit trail of the home these settings name; one that keeps nothing when audit_retention_days = 0."""
         ...
 
     def originals(self, settings: Settings, store: Store) -> Originals:

@@ -9,6 +9,7 @@ API process and worker on every machine sees the same rows. What each part needs
     catalog     collections.settings               citerag.catalog.postgres.PostgresCatalog, deleting through
                                                    the store's drop_collection
     key store   api_keys                           citerag.keystore.postgres.PostgresKeyStore
+    audit       audit_events                       citerag.audit.postgres.PostgresAuditLog
     originals   originals                          citerag.originals.postgres.PostgresOriginals on the store's
                                                    pool and collection id
     traces      traces                             citerag.trace.store_postgres.PostgresTraceStore on the
@@ -29,6 +30,7 @@ from citerag.errors import CiteragError
 if TYPE_CHECKING:
     import psycopg
 
+    from citerag.audit.base import AuditLog
     from citerag.catalog.base import Catalog
     from citerag.index.analyzer import Analyzer
     from citerag.index.base import SearchBackend
@@ -110,6 +112,15 @@ class PostgresBackend:
         from citerag.keystore.postgres import PostgresKeyStore
 
         return PostgresKeyStore(settings.store_url, settings.safe_url)
+
+    def audit(self, settings: Settings) -> AuditLog:
+        from citerag.audit.base import NoAudit
+
+        if settings.audit_retention_days == 0:
+            return NoAudit()
+        from citerag.audit.postgres import PostgresAuditLog
+
+        return PostgresAuditLog(settings.store_url, settings.audit_retention_days, settings.safe_url)
 
     def originals(self, settings: Settings, store: Store) -> Originals:
         from citerag.originals.postgres import PostgresOriginals

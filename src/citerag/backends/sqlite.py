@@ -5,6 +5,7 @@ its store. INDEX is the store's directory (Settings.sqlite_dir), HOME the home's
     search      INDEX/search/...                 citerag.index.local.LocalSearch (caught up from the change log)
     catalog     HOME/collections/NAME/           citerag.catalog.folder.FolderCatalog
     key store   HOME/keys.sqlite3                citerag.keystore.sqlite.SqliteKeyStore
+    audit       HOME/audit.sqlite3               citerag.audit.sqlite.SqliteAuditLog
     originals   INDEX/files/SHA256               citerag.originals.folder.FolderOriginals
     traces      INDEX/traces.sqlite3             citerag.trace.store_sqlite.SqliteTraceStore
     queue       HOME/jobs/ (its journal)         citerag.jobs.thread.ThreadQueue
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from citerag.audit.base import AuditLog
     from citerag.catalog.base import Catalog
     from citerag.index.base import SearchBackend
     from citerag.jobs.job import Handler, IngestQueue
@@ -50,6 +52,14 @@ class EmbeddedBackend:
 
         # HOME = the resolved index directory, as before there was a choice of backend.
         return SqliteKeyStore(settings.index_dir.expanduser().resolve())
+
+    def audit(self, settings: Settings) -> AuditLog:
+        from citerag.audit.base import NoAudit
+        from citerag.audit.sqlite import SqliteAuditLog
+
+        if settings.audit_retention_days == 0:
+            return NoAudit()
+        return SqliteAuditLog(settings.index_dir.expanduser().resolve(), settings.audit_retention_days)  # HOME
 
     def originals(self, settings: Settings, store: Store) -> Originals:
         from citerag.originals.folder import FolderOriginals

@@ -20,7 +20,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citerag import __version__
-from citerag.app.home import Citerag, open_key_store, open_queue
+from citerag.app.home import Citerag, open_audit_log, open_key_store, open_queue
 from citerag.app.syncer import Syncer
 from citerag.app.uploads import index_upload
 from citerag.jobs import Job
@@ -29,6 +29,7 @@ from citerag.service.auth import bearer_principal, service
 from citerag.service.ratelimit import make_limiter
 from citerag.service.routes import (
     answers,
+    audit,
     chat,
     collections,
     conversations,
@@ -60,7 +61,8 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         core = Citerag.open_home(settings)
         jobs = open_queue(settings, partial(index_upload, core))  # the thread queue's jobs run in this process
-        svc = Service(core, open_key_store(settings), jobs, config, limiter, Syncer(core, jobs))
+        svc = Service(core, open_key_store(settings), jobs, config, limiter, Syncer(core, jobs),
+                      open_audit_log(settings))
         api.state.service = svc
         api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()
@@ -74,6 +76,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
             svc.syncer.stop()
             svc.jobs.stop()
             svc.keys.close()
+            svc.audit.close()
             core.close()
 
     api = FastAPI(title="citerag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
@@ -82,7 +85,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     api.state.metrics = metrics.Metrics()
     for router in (collections.router, documents.router, answers.router, feedback.router, labels.router,
                    conversations.router, chat.router, sources.router, pages.router, metrics.router, traces.router,
-                   docs.router):
+                   audit.router, docs.router):
         api.include_router(router)
     mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required)
     api.router.routes.extend(mcp_routes)

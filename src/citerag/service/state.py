@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from citerag.app.home import Citerag
 from citerag.app.syncer import Syncer
+from citerag.audit.base import AuditLog, NoAudit
 from citerag.errors import CiteragError
 from citerag.jobs import IngestQueue
 from citerag.keystore.base import KeyStore
@@ -76,3 +77,5 @@ class Service:
     config: ServiceConfig
     limiter: RateLimiter | None = None
     syncer: Syncer | None = None  # the sources' scheduler (citerag.app.syncer)
+    # The home's audit trail (citerag.audit): the routes record with svc.audit.record(event(...)), which never raises.
+    audit: AuditLog = field(default_factory=NoAudit)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from citerag.audit.base import MAX_LIMIT, MAX_PRINCIPAL, AuditLog, AuditQueryError
+from citerag.audit.base import MAX_DOCUMENT, MAX_LIMIT, MAX_PRINCIPAL, AuditLog, AuditQueryError
 from citerag.keystore.base import Principal
 from citerag.service.auth import Administrable, ServiceDep, server_admin
 from citerag.service.errors import ApiError
@@ -21,7 +21,7 @@ router = APIRouter(tags=["audit"])
 Who = Annotated[str | None, Query(max_length=MAX_PRINCIPAL, description="key:PREFIX, user:NAME or local")]
 Action = Annotated[str | None, Query(max_length=64, description="an action (search, document.read, ...) or a "
                                                                 "family (document, key, user, session)")]
-Document = Annotated[int | None, Query(ge=1, description="events that name this document id")]
+Document = Annotated[int | None, Query(ge=1, le=MAX_DOCUMENT, description="events that name this document id")]
 Since = Annotated[str | None, Query(max_length=64, description="ISO 8601, UTC without an offset; at >= since")]
 Until = Annotated[str | None, Query(max_length=64, description="ISO 8601, UTC without an offset; at < until")]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="the newest this many events")]
