@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from citerag.cli import audit, experiment, label, local, mcp, ops, serve, sources, trace, worker
+from citerag.cli import audit, experiment, label, local, mcp, ops, serve, sources, trace, users, worker
 from citerag.errors import CiteragError
 
 # Commands loaded only when asked for: the evaluation's modules (reports, statistics) are not worth loading for
@@ -49,7 +49,8 @@ def cli() -> None:
 
 for _command in [*local.COMMANDS, serve.serve_command, serve.keys_group, worker.worker_command, trace.trace_group,
                  trace.replay_command, ops.slo_rules_command, mcp.mcp_command, label.label_group,
-                 experiment.experiment_group, sources.sources_group, audit.audit_command]:
+                 experiment.experiment_group, sources.sources_group, audit.audit_command, users.users_group,
+                 users.restrict]:
     cli.add_command(_command)
 
 
