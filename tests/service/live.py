@@ -19,13 +19,13 @@ from citerag.settings import Settings
 
 
 class LiveServer:
-    def __init__(self, home: Path, config: ServiceConfig, **settings: Any) -> None:
+    def __init__(self, home: Path, config: ServiceConfig, port: int = 0, **settings: Any) -> None:
         self.home = home
         self.app = create_app(Settings(index_dir=home, **settings), config)
         # IPPROTO_TCP, not 0: asyncio turns TCP_NODELAY on only then (else every response waits ~40 ms on Nagle).
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
+        self._socket.bind(("127.0.0.1", port))  # a port given: the one an OIDC provider redirects to
         self.port = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=5))

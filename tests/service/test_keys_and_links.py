@@ -161,6 +161,21 @@ def test_users_groups_and_their_keys_and_sessions(backend: Backend) -> None:
     assert dave is not None and first.end_session(dave) and first.verify_session(dave) is None
 
 
+def test_a_keys_file_of_before_users_opens_and_its_keys_read_the_open_documents(tmp_path: Path) -> None:
+    old = sqlite3.connect(tmp_path / "keys.sqlite3")  # as citerag wrote it before issue 30
+    old.execute("CREATE TABLE keys (prefix TEXT PRIMARY KEY, digest TEXT NOT NULL, collection TEXT, "
+                "scope TEXT NOT NULL, created_at TEXT NOT NULL)")
+    token = "crk_0a1b2c3d_" + "k" * 32
+    old.execute("INSERT INTO keys VALUES (?, ?, 'team', 'read', '2026-01-01T00:00:00+00:00')",
+                ("0a1b2c3d", hashlib.sha256(token.encode()).hexdigest()))
+    old.commit()
+    old.close()
+    keys = SqliteKeyStore(tmp_path)
+    who = keys.verify(token)
+    assert who is not None and who.collection == "team" and who.user is None and who.audience == frozenset()
+    assert [k.prefix for k in keys.list()] == ["0a1b2c3d"]
+
+
 def test_deleting_a_collection_revokes_its_keys_only(backend: Backend) -> None:
     keys = backend.open()
     doomed = [keys.create("team", "read"), keys.create("team", "admin")]

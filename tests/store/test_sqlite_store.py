@@ -112,9 +112,9 @@ def test_an_older_index_is_upgraded_in_place_and_keeps_everything(tmp_path: Path
     generation = int(before.get("generation", 0))  # v3 counted its writes; older ones start at 0
     # The change log starts at the upgrade: search indexes older than it rebuild once.
     chunks = sum(len(e["chunks"]) for e in expected["documents"])
-    assert _meta(ix / "index.sqlite3") == {"schema_version": "9", "generation": str(generation),
+    assert _meta(ix / "index.sqlite3") == {"schema_version": "10", "generation": str(generation),
                                            "log_start": str(generation), "next_chunk_id": str(chunks + 1)}
-    assert {"locators", "tags"} <= set(_columns(ix / "index.sqlite3", "documents"))
+    assert {"locators", "tags", "read_groups"} <= set(_columns(ix / "index.sqlite3", "documents"))
     assert store.conversations("local") == store.labels() == store.experiments() == store.sources() == []
     assert store.generation() == generation
     _assert_holds(store, expected)
@@ -173,7 +173,7 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.commit()
     db.close()
     _assert_holds(SqliteStore(ix1), expected1)
-    assert _meta(ix1 / "index.sqlite3")["schema_version"] == "9"
+    assert _meta(ix1 / "index.sqlite3")["schema_version"] == "10"
 
     ix2, expected2 = _fixture(2, tmp_path)
     db = sqlite3.connect(ix2 / "index.sqlite3")
@@ -181,7 +181,7 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.commit()
     db.close()
     _assert_holds(SqliteStore(ix2), expected2)
-    assert _meta(ix2 / "index.sqlite3") == {"schema_version": "9", "generation": "0", "log_start": "0",
+    assert _meta(ix2 / "index.sqlite3") == {"schema_version": "10", "generation": "0", "log_start": "0",
                                             "next_chunk_id": "11"}
 
     ix3, expected3 = _fixture(3, tmp_path)
@@ -190,7 +190,7 @@ def test_a_lost_schema_marker_is_read_off_the_columns(tmp_path: Path) -> None:
     db.commit()
     db.close()
     _assert_holds(SqliteStore(ix3), expected3)
-    assert _meta(ix3 / "index.sqlite3") == {"schema_version": "9", "generation": "6", "log_start": "6",
+    assert _meta(ix3 / "index.sqlite3") == {"schema_version": "10", "generation": "6", "log_start": "6",
                                             "next_chunk_id": "11"}
 
 
@@ -198,14 +198,14 @@ def test_a_newer_index_asks_for_a_newer_citerag(tmp_path: Path) -> None:
     ix = tmp_path / "ix"
     SqliteStore(ix, create=True).close()
     db = sqlite3.connect(ix / "index.sqlite3")
-    db.execute("UPDATE meta SET value = '10' WHERE key = 'schema_version'")
+    db.execute("UPDATE meta SET value = '11' WHERE key = 'schema_version'")
     db.commit()
     db.close()
     with pytest.raises(CiteragError) as info:
         SqliteStore(ix)
-    assert str(info.value) == (f"the index at {ix} has schema version 10, this citerag knows up to 9: "
+    assert str(info.value) == (f"the index at {ix} has schema version 11, this citerag knows up to 10: "
                                "upgrade citerag")
-    assert _meta(ix / "index.sqlite3")["schema_version"] == "10"
+    assert _meta(ix / "index.sqlite3")["schema_version"] == "11"
 
 
 def test_an_empty_database_is_a_new_index_only_when_creating(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_an_empty_database_is_a_new_index_only_when_creating(tmp_path: Path) -> 
     assert (ix / "index.sqlite3").stat().st_size == 0
     store = SqliteStore(ix, create=True)
     assert store.documents() == [] and \
-        _meta(ix / "index.sqlite3") == {"schema_version": "9", "generation": "0", "log_start": "0",
+        _meta(ix / "index.sqlite3") == {"schema_version": "10", "generation": "0", "log_start": "0",
                                         "next_chunk_id": "1"}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from contextlib import closing
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -40,9 +40,21 @@ if TYPE_CHECKING:
 @click.option("--client-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
               metavar="SECONDS", help="A request's head must arrive whole within it and its body may not pause "
                                       "longer; slower clients are cut off.")
+@click.option("--oidc-issuer", metavar="URL", default=None,
+              help="Sign-in through this OpenID Connect provider (the page, and Bearer ID tokens for the API); "
+                   "signed-in users read the documents open to everyone and those of their groups.")
+@click.option("--oidc-client-id", metavar="ID", default=None, help="This server's client id at the provider.")
+@click.option("--oidc-client-secret-env", metavar="NAME", default=None,
+              help="Environment variable holding the client's secret (none: a public client, PKCE alone).")
+@click.option("--oidc-groups-claim", metavar="CLAIM", default="groups", show_default=True,
+              help="The ID token's claim that lists the user's groups.")
+@click.option("--oidc-admin-group", metavar="GROUP", default=None,
+              help="Members of this group administer every collection.")
 def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_upload_mb: float,
                   metrics_token_env: str | None, rate_limit: str, rate_limit_storage: str,
-                  client_timeout: float, forwarded_allow_ips: str | None) -> None:
+                  client_timeout: float, forwarded_allow_ips: str | None, oidc_issuer: str | None,
+                  oidc_client_id: str | None, oidc_client_secret_env: str | None, oidc_groups_claim: str,
+                  oidc_admin_group: str | None) -> None:
     """Serve the API (/v1, OpenAPI at /docs), the web page (/) and Prometheus metrics (/metrics) with uvicorn."""
     from citerag.service import server
     from citerag.service.app import create_app
@@ -57,7 +69,9 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
     config = ServiceConfig(host=host, port=port, keys_required=not no_keys, max_upload_mb=max_upload_mb,
                            metrics_token=metrics_token, rate_limit=rate_limit,
                            rate_limit_storage=rate_limit_storage, client_timeout_s=client_timeout,
-                           forwarded_allow_ips=forwarded_allow_ips)
+                           forwarded_allow_ips=forwarded_allow_ips,
+                           oidc=_oidc(oidc_issuer, oidc_client_id, oidc_client_secret_env, oidc_groups_claim),
+                           oidc_admin_group=oidc_admin_group)
     config.check()  # before anything loads: binding beyond loopback without keys is refused
     settings = load_settings(index)
     app = create_app(settings, config)
@@ -66,6 +80,24 @@ def serve_command(index: str | None, host: str, port: int, no_keys: bool, max_up
     if not no_keys and not _keys(settings):
         click.echo("no API keys yet: create one with `citerag keys create --scope admin`", err=True)
     server.run(app, host, port, client_timeout, config.forwarded_allow_ips)
+
+
+def _oidc(issuer: str | None, client_id: str | None, secret_env: str | None, claim: str) -> Any:
+    """The provider's settings from `serve`'s options (None without --oidc-issuer)."""
+    from citerag.service.oidc import OidcConfig
+
+    if issuer is None:
+        if client_id or secret_env:
+            raise CiteragError("--oidc-client-id and --oidc-client-secret-env need --oidc-issuer URL")
+        return None
+    if not client_id:
+        raise CiteragError("--oidc-issuer needs --oidc-client-id ID (this server's client at the provider)")
+    secret = None
+    if secret_env is not None:
+        secret = os.environ.get(secret_env, "").strip()
+        if not secret:
+            raise CiteragError(f"--oidc-client-secret-env {secret_env}: that environment variable is not set or empty")
+    return OidcConfig(issuer, client_id, secret, claim)
 
 
 @click.group("keys")

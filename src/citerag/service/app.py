@@ -26,6 +26,7 @@ from citerag.app.uploads import index_upload
 from citerag.jobs import Job
 from citerag.service import errors, mcp, metrics
 from citerag.service.auth import bearer_principal, service
+from citerag.service.oidc import OidcClient
 from citerag.service.ratelimit import make_limiter
 from citerag.service.routes import (
     answers,
@@ -38,6 +39,7 @@ from citerag.service.routes import (
     feedback,
     labels,
     pages,
+    signin,
     sources,
     traces,
 )
@@ -62,7 +64,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
         core = Citerag.open_home(settings)
         jobs = open_queue(settings, partial(index_upload, core))  # the thread queue's jobs run in this process
         svc = Service(core, open_key_store(settings), jobs, config, limiter, Syncer(core, jobs),
-                      open_audit_log(settings))
+                      open_audit_log(settings), OidcClient(config.oidc) if config.oidc else None)
         api.state.service = svc
         api.state.metrics.bind(core, svc.jobs)
         svc.jobs.start()
@@ -85,7 +87,7 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
     api.state.metrics = metrics.Metrics()
     for router in (collections.router, documents.router, answers.router, feedback.router, labels.router,
                    conversations.router, chat.router, sources.router, pages.router, metrics.router, traces.router,
-                   audit.router, docs.router):
+                   audit.router, signin.router, docs.router):
         api.include_router(router)
     mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required)
     api.router.routes.extend(mcp_routes)

@@ -10,6 +10,7 @@ its own, so those requests are not checked."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -17,10 +18,12 @@ from fastapi import Depends, Path, Request
 
 from citerag.app.collection import Collection
 from citerag.errors import CiteragError
-from citerag.keystore.base import LOCAL, Principal
+from citerag.keystore.base import LOCAL, PREFIX, Principal
 from citerag.service.errors import ApiError
+from citerag.service.oidc import OidcError
 from citerag.service.schemas import COLLECTION_NAME
 from citerag.service.state import Service
+from citerag.types import GROUP
 
 COOKIE = "citerag_session"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -47,11 +50,29 @@ def credential(request: Request) -> Credential:
 
 
 def authenticate(svc: Service, presented: Credential) -> Principal | None:
-    """The principal of a credential: a live key for Bearer, a live session of a live key for the cookie."""
+    """The principal of a credential: a live key, or an ID token of the server's OpenID Connect provider, for
+    Bearer; a live session of a live key or of a signed-in user for the cookie."""
     if presented is None:
         return None
     kind, token = presented
-    return svc.keys.verify(token) if kind == "bearer" else svc.keys.verify_session(token)
+    if kind == "cookie":
+        return _signed_in(svc, svc.keys.verify_session(token))
+    if token.startswith(PREFIX) or svc.oidc is None:
+        return svc.keys.verify(token)
+    try:
+        identity = svc.oidc.verify_bearer(token)
+    except OidcError:
+        return None
+    groups = frozenset(g for g in identity.groups if GROUP.match(g))
+    return _signed_in(svc, Principal(f"user:{identity.name}", None, "read", identity.name, groups))
+
+
+def _signed_in(svc: Service, who: Principal | None) -> Principal | None:
+    """A signed-in user (no key: `user:NAME`) administers every collection when in the configured admin group."""
+    admins = svc.config.oidc_admin_group
+    if who is not None and who.key.startswith("user:") and admins is not None and admins in who.groups:
+        return replace(who, scope="admin")
+    return who
 
 
 def principal(request: Request) -> Principal:

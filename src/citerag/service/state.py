@@ -11,6 +11,7 @@ from citerag.audit.base import AuditLog, NoAudit
 from citerag.errors import CiteragError
 from citerag.jobs import IngestQueue
 from citerag.keystore.base import KeyStore
+from citerag.service.oidc import OidcClient, OidcConfig, PendingLogins
 from citerag.service.ratelimit import OFF, RateLimiter, parse_rate
 
 
@@ -36,6 +37,11 @@ class ServiceConfig:
     # passed to uvicorn by citerag.service.server.run. None: none is, whatever uvicorn's FORWARDED_ALLOW_IPS says,
     # since a header anyone can send would otherwise pick the address the rate limit counts against.
     forwarded_allow_ips: str | None = None
+    # OpenID Connect sign-in (citerag.service.oidc): the page's "Sign in" and bearer ID tokens. A signed-in user
+    # reads every collection, the documents open to everyone and those of its groups (the provider's claim); the
+    # members of `oidc_admin_group` administer every collection. None: keys only.
+    oidc: OidcConfig | None = field(default=None, repr=False)
+    oidc_admin_group: str | None = None
 
     def check(self) -> None:
         if self.rate_limit is not None and self.rate_limit.strip().lower() not in OFF:
@@ -79,3 +85,5 @@ class Service:
     syncer: Syncer | None = None  # the sources' scheduler (citerag.app.syncer)
     # The home's audit trail (citerag.audit): the routes record with svc.audit.record(event(...)), which never raises.
     audit: AuditLog = field(default_factory=NoAudit)
+    oidc: OidcClient | None = None  # the provider's client, when config.oidc is set
+    logins: PendingLogins = field(default_factory=PendingLogins)  # sign-ins sent to the provider, by state

@@ -43,7 +43,10 @@ def session(request: Request, svc: ServiceDep) -> dict[str, Any]:
         (who.scope, who.collection) if who is not None else (None, None)
     return {"keys_required": svc.config.keys_required,
             "authenticated": not svc.config.keys_required or who is not None, "scope": scope,
-            "collection": collection}
+            "collection": collection, "oidc": svc.oidc is not None,
+            # A signed-in user's name and groups (what decides the documents the page shows).
+            "user": who.user if who is not None else None,
+            "groups": sorted(who.groups) if who is not None else []}
 
 
 @router.post("/v1/session", status_code=204, tags=["service"])

@@ -60,6 +60,7 @@
     keysRequired = true;
     $("app").hidden = true;
     $("sign-out").hidden = true;
+    $("who").hidden = true;
     $("key-form").hidden = false;
     $("key-error").textContent = msg || "";
     $("key").focus();
@@ -413,6 +414,11 @@
     let s = { keys_required: false, authenticated: true };
     try { s = (await api("/v1/session")) || s; } catch (e) { if (e.status === 401) return; /* key form is showing */ }
     keysRequired = !!s.keys_required;
+    $("oidc").hidden = !s.oidc;
+    if (s.user) {  // a signed-in user: whose groups decide the documents shown
+      $("who").textContent = `Signed in as ${s.user}` + (s.groups && s.groups.length ? ` (${s.groups.join(", ")})` : "");
+      $("who").hidden = false;
+    }
     if (keysRequired && !s.authenticated) showKeyForm();
     else showApp();
   }
