@@ -328,6 +328,29 @@ def test_writes_on_a_hidden_document_are_a_missing_documents_and_bad_groups_are_
         assert bad.status_code == 422 and bad.json()["field"] == "groups"
 
 
+def test_the_audit_trail_says_who_asked_what_and_who_changed_whose_permissions(perm: Perm) -> None:
+    sre_prefix = "key:" + perm.sre.split("_")[1]
+    with perm.client(perm.sre) as sre, perm.client(perm.admin) as admin, perm.client(perm.plain) as plain:
+        asked = _answer(sre, RED_DOT)
+        doc = perm.ids["ch03.en.html"]
+        assert sre.get(f"/v1/collections/{NAME}/documents/{doc}/text").status_code == 200
+        assert admin.put(f"/v1/collections/{NAME}/documents/{doc}/groups", json={"groups": ["sre", "oncall"]}
+                         ).status_code == 200
+        admin.put(f"/v1/collections/{NAME}/documents/{doc}/groups", json={"groups": ["sre"]})
+        assert plain.get(f"/v1/collections/{NAME}/audit").status_code == 403  # a reader reads no trail
+        trail = admin.get(f"/v1/collections/{NAME}/audit", params={"principal": sre_prefix, "limit": 1000})
+        assert trail.status_code == 200, trail.text
+        events = trail.json()["events"]
+        ask = next(e for e in events if e["action"] == "ask" and e["trace_id"] == asked["trace_id"])
+        assert ask["documents"] == [doc] and ask["collection"] == NAME and ask["detail"]["refused"] is False
+        assert "question" not in ask["detail"]  # the collection keeps no trace text, nor does its trail
+        assert any(e["action"] == "document.read" and e["documents"] == [doc] for e in events)
+        changes = admin.get(f"/v1/collections/{NAME}/audit", params={"action": "document.groups"}).json()["events"]
+        admin_prefix = "key:" + perm.admin.split("_")[1]
+        assert [(e["principal"], e["detail"]["before"], e["detail"]["groups"]) for e in changes[:2]] == \
+            [(admin_prefix, ["sre", "oncall"], ["sre"]), (admin_prefix, ["sre"], ["sre", "oncall"])]
+
+
 def test_a_question_only_a_hidden_document_answers_is_refused_as_if_it_did_not_exist(perm: Perm) -> None:
     """Last: it deletes the red-dot chapter. The plain reader's refusal before and after are the same answer."""
     with perm.client(perm.plain) as plain, perm.client(perm.sre) as sre, perm.client(perm.admin) as admin:

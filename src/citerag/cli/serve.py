@@ -10,6 +10,7 @@ import click
 
 from citerag.app.home import check_collection_name, open_catalog
 from citerag.cli.options import index_option
+from citerag.cli.users import audited
 from citerag.errors import CiteragError
 from citerag.settings import Settings, load_settings
 
@@ -125,6 +126,7 @@ def keys_create(index: str | None, collection: str | None, scope: str, user: str
                                    f"(collections: {', '.join(catalog.names())})")
     with _key_store(settings) as keys:
         token = keys.create(collection, scope, user, groups)
+    audited(settings, "key.create", collection, key=token.split("_")[1], scope=scope, user=user, groups=list(groups))
     click.echo(token)
     click.echo(f"{scope} key for {'every collection' if collection is None else f'collection {collection!r}'}; "
                "it is not shown again", err=True)
@@ -144,10 +146,12 @@ def keys_list(index: str | None) -> None:
 @index_option
 def keys_revoke(prefix: str, index: str | None) -> None:
     """Revoke the key with this prefix (as `keys list` shows it, with or without crk_)."""
-    with _key_store(load_settings(index)) as keys:
+    settings = load_settings(index)
+    with _key_store(settings) as keys:
         revoked = keys.revoke(prefix.removeprefix("crk_"))
     if not revoked:
         raise CiteragError(f"no key with prefix {prefix}")
+    audited(settings, "key.revoke", key=prefix.removeprefix("crk_"))
     click.echo(f"revoked {prefix}")
 
 

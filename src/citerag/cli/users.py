@@ -9,15 +9,23 @@ from typing import Any
 
 import click
 
-from citerag.app.home import Citerag, open_key_store
+from citerag.app.home import Citerag, open_audit_log, open_key_store
 from citerag.app.models import checked_groups
+from citerag.audit.base import event
 from citerag.cli.options import index_option, json_option
 from citerag.errors import CiteragError
-from citerag.settings import load_settings
+from citerag.settings import Settings, load_settings
 
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def audited(settings: Settings, action: str, collection: str | None = None, documents: tuple[int, ...] = (),
+            **detail: Any) -> None:
+    """The change in the home's audit trail, by the local operator (`local`: whoever runs the CLI here)."""
+    with closing(open_audit_log(settings)) as trail:
+        trail.record(event("local", action, collection, None, documents, **detail))
 
 
 @click.group("users")
@@ -34,8 +42,11 @@ def users_add(name: str, groups: tuple[str, ...], index: str | None) -> None:
     """Add the user, or replace its groups; its keys and sessions read with them from the next request on."""
     if not name.strip() or len(name) > 200 or any(not c.isprintable() for c in name):
         raise CiteragError(f"NAME: {name[:40]!r} is not a user name (printable, at most 200 characters)")
-    with closing(open_key_store(load_settings(index))) as keys:
+    settings = load_settings(index)
+    with closing(open_key_store(settings)) as keys:
+        existed = any(u.name == name for u in keys.users())
         user = keys.put_user(name, checked_groups(groups, "--group"))
+    audited(settings, "user.update" if existed else "user.create", user=name, groups=list(user.groups))
     click.echo(f"{user.name}: {' '.join(user.groups) or 'no groups'}")
 
 
@@ -59,9 +70,11 @@ def users_list(index: str | None, as_json: bool) -> None:
 @index_option
 def users_remove(name: str, index: str | None) -> None:
     """Remove the user with its keys and sessions, in one transaction."""
-    with closing(open_key_store(load_settings(index))) as keys:
+    settings = load_settings(index)
+    with closing(open_key_store(settings)) as keys:
         if not keys.remove_user(name):
             raise CiteragError(f"no user {name!r}")
+    audited(settings, "user.remove", user=name)
     click.echo(f"removed {name} and its keys")
 
 
@@ -73,8 +86,11 @@ def users_remove(name: str, index: str | None) -> None:
 def restrict(document: str, groups: tuple[str, ...], index: str | None, as_json: bool) -> None:
     """Let only these groups read a document (none: everyone who may read the collection again); DOCUMENT is its id
     or its path. Takes effect for the next request, on every route."""
-    with Citerag.open(load_settings(index)) as app:
+    settings = load_settings(index)
+    with Citerag.open(settings) as app:
         doc = app.restrict(document, checked_groups(groups, "GROUPS"))
+        collection = app.collection().name
+    audited(settings, "document.groups", collection, (doc.id,), groups=doc.groups)
     if as_json:
         emit_json({"id": doc.id, "source_path": doc.source_path, "groups": doc.groups})
     else:

@@ -89,7 +89,8 @@ def create_app(settings: Settings, config: ServiceConfig | None = None) -> FastA
                    conversations.router, chat.router, sources.router, pages.router, metrics.router, traces.router,
                    audit.router, signin.router, docs.router):
         api.include_router(router)
-    mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required)
+    mcp_server, mcp_routes = mcp.served(bearer_principal, lambda request: service(request).app, config.keys_required,
+                                        lambda request: service(request).audit)
     api.router.routes.extend(mcp_routes)
     api.mount("/static", StaticFiles(directory=pages.STATIC), name="static")
     api.mount(docs.ASSETS_URL, docs.assets(), name="docs-assets")

@@ -12,8 +12,8 @@ on the REST routes: a collection it may not read is "not found", never a differe
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -27,6 +27,7 @@ from citerag import __version__
 from citerag.app.collection import Collection
 from citerag.app.home import Citerag
 from citerag.app.models import AskOptions, Filters, SearchOptions, check_text
+from citerag.audit.base import AuditLog, NoAudit, event
 from citerag.errors import CiteragError
 from citerag.keystore.base import LOCAL, Principal
 from citerag.service.errors import ApiError
@@ -43,6 +44,11 @@ class Access:
 
     core: Citerag
     who: Principal
+    audit: AuditLog = field(default_factory=NoAudit)  # the service's trail (none for the local stdio user)
+
+    def record(self, action: str, collection: Collection, trace_id: str | None, documents: Iterable[int],
+               **detail: Any) -> None:
+        self.audit.record(event(self.who.who, action, collection.name, trace_id, documents, via="mcp", **detail))
 
 
 Resolve = Callable[[Context], Access]
@@ -95,6 +101,8 @@ def build(resolve: Resolve) -> MCPServer:
                 caller.who.audience)))
         except CiteragError as exc:
             raise ToolError(str(exc)) from None
+        caller.record("search", target, result.trace_id, {h.document.id for h in result.hits},
+                      **({"question": text} if target.settings.trace_text else {}))
         return search_json(target.name, text, result)
 
     @server.tool()
@@ -109,6 +117,8 @@ def build(resolve: Resolve) -> MCPServer:
             answer = target.ask(text, AskOptions(filters=Filters.parse(filters).seen_by(caller.who.audience)))
         except CiteragError as exc:
             raise ToolError(str(exc)) from None
+        caller.record("ask", target, answer.trace_id, {c.document_id for c in answer.citations},
+                      refused=answer.refused, **({"question": text} if target.settings.trace_text else {}))
         return answer_json(target.name, answer)
 
     @server.tool()
@@ -124,6 +134,7 @@ def build(resolve: Resolve) -> MCPServer:
         if doc.status != "indexed":
             raise ToolError(f"document {document_id} is {doc.status}: it has no text yet")
         full = target.canonical_text(doc.id)
+        caller.record("document.read", target, None, [doc.id], what="text")
         stop = min(len(full), start + MAX_READ if end is None else end)
         if start < 0 or stop < start or (end is not None and end - start > MAX_READ):
             raise ToolError(f"start and end: expected 0 <= start <= end and at most {MAX_READ} characters")
@@ -146,7 +157,8 @@ def _request(ctx: Context) -> Request:
 
 
 def served(principal_of: Callable[[Request, bool], Principal], core_of: Callable[[Request], Citerag],
-           keys_required: bool) -> tuple[MCPServer, list[BaseRoute]]:
+           keys_required: bool, audit_of: Callable[[Request], AuditLog] = lambda _: NoAudit()
+           ) -> tuple[MCPServer, list[BaseRoute]]:
     """The server for the service's `/mcp`, and its route. `principal_of(request, count)` gives the request's
     principal or raises the API's own 401/429 (ApiError): once before the protocol sees the request (counted
     against the rate limit), and again in each tool call from that call's request, so that every call is checked
@@ -155,7 +167,7 @@ def served(principal_of: Callable[[Request, bool], Principal], core_of: Callable
     def resolve(ctx: Context) -> Access:
         request = _request(ctx)
         try:
-            return Access(core_of(request), principal_of(request, False))
+            return Access(core_of(request), principal_of(request, False), audit_of(request))
         except ApiError as exc:
             raise ToolError(exc.message) from None
 

@@ -16,7 +16,8 @@ from citerag.app import experiments
 from citerag.app.models import AskOptions, FilterError, Filters, SearchOptions, check_text
 from citerag.errors import CiteragError
 from citerag.keystore.base import Principal
-from citerag.service.auth import Caller, Readable
+from citerag.service import recording
+from citerag.service.auth import Caller, Readable, ServiceDep
 from citerag.service.errors import ApiError
 from citerag.service.metrics import observe_answer, observe_events, observe_search
 from citerag.service.present import answer_json, citation_json, hit_json, refusal_json, search_json
@@ -46,18 +47,20 @@ def filters_field(body: SearchFilters | None, who: Principal, field: str = "filt
 # The bodies go out as JSONResponse: a dict returned would be walked again by FastAPI's jsonable_encoder, the
 # largest single cost of a cached answer under load (the dicts hold only JSON types: the stream json.dumps them).
 @router.post("/search", response_model=dict[str, Any])
-def search(request: SearchRequest, collection: Readable, who: Caller) -> JSONResponse:
+def search(request: SearchRequest, collection: Readable, who: Caller, svc: ServiceDep) -> JSONResponse:
     query = text_field(request.query, "query")
     result = collection.search(query, SearchOptions(mode=request.mode, k=request.k,
                                                     filters=filters_field(request.filters, who)))
     observe_search(collection, result)
+    recording.searched(svc, who, collection, query, result)
     return JSONResponse(search_json(collection.name, query, result))
 
 
 @router.post("/ask", response_model=None,
              responses={200: {"content": {"application/json": {}, "text/event-stream": {}},
                               "description": "The answer, or with stream=true its events."}})
-def ask(request: AskRequest, collection: Readable, who: Caller) -> JSONResponse | EventSourceResponse:
+def ask(request: AskRequest, collection: Readable, who: Caller,
+        svc: ServiceDep) -> JSONResponse | EventSourceResponse:
     question = text_field(request.question, "question")
     options = experiments.route(collection, AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
                                                        max_sources=request.max_sources,
@@ -65,9 +68,11 @@ def ask(request: AskRequest, collection: Readable, who: Caller) -> JSONResponse 
     if not request.stream:
         answer = experiments.mark(collection.ask(question, options), options)
         observe_answer(collection, answer)
+        recording.answered(svc, who, "ask", collection, question, answer)
         return JSONResponse(answer_json(collection.name, answer))
     answer_events = collection.ask_events(question, options)
-    events = observe_events(collection, experiments.marked(answer_events, options))
+    events = recording.answering(svc, who, "ask", collection, question,
+                                 observe_events(collection, experiments.marked(answer_events, options)))
     # The retrieval runs before the response starts, so that an empty collection is a 409 like the JSON answer.
     first = next(events)
     body = stream_events(collection.name, first, events)

@@ -30,6 +30,7 @@ from citerag.app import conversations, experiments
 from citerag.app.collection import Collection
 from citerag.app.models import AskOptions, check_text
 from citerag.errors import CiteragError
+from citerag.service import recording
 from citerag.service.auth import Caller, ServiceDep
 from citerag.service.errors import ApiError
 from citerag.service.metrics import observe_answer, observe_events
@@ -158,6 +159,7 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
         except CiteragError as exc:
             raise ApiError(409, str(exc)) from None
         observe_answer(collection, answer)
+        recording.answered(svc, who, "chat", collection, question, answer)
         answer.question = question
         content, extra = _completion_fields(collection.name, answer, base, query)
         return JSONResponse({**head, "object": "chat.completion",
@@ -165,7 +167,8 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                                           "finish_reason": "stop"}],
                              "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, **extra})
     answer_events = collection.ask_events(query, options, followup)
-    events = observe_events(collection, experiments.marked(answer_events, options))
+    events = recording.answering(svc, who, "chat", collection, question,
+                                 observe_events(collection, experiments.marked(answer_events, options)))
     try:
         first = next(events)  # retrieval runs before the response starts: an empty collection is still a 409
     except CiteragError as exc:

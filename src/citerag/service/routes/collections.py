@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from citerag.app.collection import Collection
 from citerag.errors import CiteragError
 from citerag.keystore.base import Principal
+from citerag.service import recording
 from citerag.service.auth import Administrable, Caller, Readable, ServiceDep, server_admin
 from citerag.service.errors import ApiError
 from citerag.service.schemas import CreateCollection
@@ -50,6 +51,7 @@ def create_collection(request: CreateCollection, svc: ServiceDep,
         field = f"settings.{problems[0][0]}" if problems and problems[0][0] else "settings"
         raise ApiError(422, "; ".join(f"settings.{loc}: {msg}" if loc else msg for loc, msg in problems)
                        or "invalid settings", field) from None
+    recording.record(svc, who, "collection.create", created)
     return collection_json(created, who)
 
 
@@ -59,11 +61,12 @@ def get_collection(collection: Readable, who: Caller) -> dict[str, Any]:
 
 
 @router.delete("/{name}", status_code=204)
-def delete_collection(collection: Administrable, svc: ServiceDep) -> Response:
+def delete_collection(collection: Administrable, svc: ServiceDep, who: Caller) -> Response:
     try:
         with collection.write_lock:
             svc.app.drop_collection(collection.name)
     except CiteragError as exc:
         raise ApiError(409, str(exc)) from None
     svc.keys.revoke_collection(collection.name)
+    recording.record(svc, who, "collection.delete", collection.name)
     return Response(status_code=204)

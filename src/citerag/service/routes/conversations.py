@@ -15,12 +15,14 @@ from starlette.background import BackgroundTask
 from citerag.app import conversations
 from citerag.app.collection import Collection
 from citerag.app.models import AskOptions
-from citerag.service.auth import Caller, Readable
+from citerag.service import recording
+from citerag.service.auth import Caller, Readable, ServiceDep
 from citerag.service.errors import ApiError
 from citerag.service.metrics import observe_answer, observe_events
 from citerag.service.present import answer_json, citation_json
 from citerag.service.routes.answers import close_streams, filters_field, stream_events, text_field
 from citerag.service.schemas import AskRequest
+from citerag.service.state import Service
 from citerag.types import Citation, ConversationInfo, Turn
 
 router = APIRouter(prefix="/v1/collections/{name}/conversations", tags=["conversations"])
@@ -44,8 +46,8 @@ def _found(call: Any) -> Any:
         raise ApiError(404, str(exc)) from None
 
 
-def _ask(collection: Collection, who: Caller, request: AskRequest,
-         conversation_id: str | None) -> JSONResponse | EventSourceResponse:
+def _ask(collection: Collection, who: Caller, request: AskRequest, conversation_id: str | None,
+         svc: Service) -> JSONResponse | EventSourceResponse:
     question = text_field(request.question, "question")
     options = AskOptions(mode=request.mode, k=request.k, threshold=request.threshold,
                          max_sources=request.max_sources, filters=filters_field(request.filters, who))
@@ -53,11 +55,14 @@ def _ask(collection: Collection, who: Caller, request: AskRequest,
         asked = _found(lambda: conversations.ask(collection, question, owner=who.key,
                                                  conversation_id=conversation_id, options=options))
         observe_answer(collection, asked.answer)
+        recording.answered(svc, who, "conversation", collection, question, asked.answer,
+                           conversation=asked.conversation_id)
         return JSONResponse({"conversation_id": asked.conversation_id, "turn": asked.turn.n, "query": asked.turn.query,
                              **answer_json(collection.name, asked.answer)})
     answer_events = conversations.ask_events(collection, question, owner=who.key, conversation_id=conversation_id,
                                              options=options)
-    events = observe_events(collection, answer_events)
+    events = recording.answering(svc, who, "conversation", collection, question,
+                                 observe_events(collection, answer_events), conversation=conversation_id)
     # The history is read and the retrieval runs before the response starts: a conversation that is not the
     # caller's is a 404, an empty collection a 409, as for the JSON answer.
     first = _found(lambda: next(events))
@@ -74,16 +79,17 @@ def _chain(first: tuple[str, Any], rest: Iterator[tuple[str, Any]]) -> Iterator[
 @router.post("", response_model=None,
              responses={200: {"content": {"application/json": {}, "text/event-stream": {}},
                               "description": "The answer in a new conversation (its id in `conversation_id`)."}})
-def start(request: AskRequest, collection: Readable, who: Caller) -> JSONResponse | EventSourceResponse:
-    return _ask(collection, who, request, None)
+def start(request: AskRequest, collection: Readable, who: Caller,
+          svc: ServiceDep) -> JSONResponse | EventSourceResponse:
+    return _ask(collection, who, request, None, svc)
 
 
 @router.post("/{conversation_id}", response_model=None,
              responses={200: {"content": {"application/json": {}, "text/event-stream": {}},
                               "description": "The answer to a follow-up, and the query it was searched with."}})
 def follow_up(conversation_id: ConversationId, request: AskRequest, collection: Readable,
-              who: Caller) -> JSONResponse | EventSourceResponse:
-    return _ask(collection, who, request, conversation_id)
+              who: Caller, svc: ServiceDep) -> JSONResponse | EventSourceResponse:
+    return _ask(collection, who, request, conversation_id, svc)
 
 
 @router.get("")

@@ -22,6 +22,7 @@ from citerag.app.models import FilterError, checked_tags
 from citerag.app.names import UnusableName, upload_name
 from citerag.errors import CiteragError
 from citerag.keystore.base import Principal, checked_groups
+from citerag.service import recording
 from citerag.service.auth import Caller, Readable, ServiceDep, Writable
 from citerag.service.errors import ApiError
 from citerag.service.present import HTML_SUFFIXES, document_json, document_url
@@ -114,7 +115,7 @@ def upload(files: Annotated[list[UploadFile], File(description="One or more file
             # Neither its id nor anything of it: only that the name the caller chose is taken.
             raise ApiError(409, f"the name {name!r} is taken in this collection: upload under another name",
                            "files")
-    out = []
+    out: list[dict[str, Any]] = []
     for name, file in named:
         taken = uploads.upload(collection, svc.jobs, name, _read(file, collection.settings.max_file_mb), given,
                                readers)
@@ -124,6 +125,8 @@ def upload(files: Annotated[list[UploadFile], File(description="One or more file
                                 f"PUT {document_url(collection.name, doc.id)}", "files")
         out.append({"id": doc.id, "name": doc.name, "status": doc.status, "existed": taken.existed,
                     "sha256": taken.sha256})
+    recording.record(svc, who, "document.upload", collection, documents=[d["id"] for d in out],
+                     groups=readers, tags=given)
     return {"documents": out}
 
 
@@ -158,7 +161,9 @@ async def events(request: Request, collection: Readable, svc: ServiceDep, who: C
 
 @router.get("/{document_id}")
 def get_document(document_id: DocumentId, collection: Readable, svc: ServiceDep, who: Caller) -> dict[str, Any]:
-    return _json(svc, collection, _document(collection, document_id, who))
+    doc = _document(collection, document_id, who)
+    recording.record(svc, who, "document.read", collection, documents=[doc.id], what="metadata")
+    return _json(svc, collection, doc)
 
 
 @router.put("/{document_id}", status_code=202)
@@ -171,6 +176,7 @@ def replace(document_id: DocumentId, file: Annotated[UploadFile, File(descriptio
     if PurePosixPath(name).suffix.lower() != PurePosixPath(doc.name).suffix.lower():
         raise ApiError(422, f"the new version must have the same format as {doc.name!r}", "file")
     sha = uploads.replace(collection, svc.jobs, doc, _read(file, collection.settings.max_file_mb))
+    recording.record(svc, who, "document.upload", collection, documents=[doc.id], replaced=True)
     return {**_json(svc, collection, doc), "submitted_sha256": sha}
 
 
@@ -179,7 +185,9 @@ def put_tags(document_id: DocumentId, request: TagsRequest, collection: Writable
              who: Caller) -> dict[str, Any]:
     """Replace the document's tags; the next search after this returns sees them (a new generation)."""
     doc = _document(collection, document_id, who)
-    return _json(svc, collection, uploads.set_tags(collection, doc, _tags(request.tags, "tags")))
+    changed = uploads.set_tags(collection, doc, _tags(request.tags, "tags"))
+    recording.record(svc, who, "document.tags", collection, documents=[doc.id], tags=changed.tags)
+    return _json(svc, collection, changed)
 
 
 @router.put("/{document_id}/groups")
@@ -189,13 +197,17 @@ def put_groups(document_id: DocumentId, request: GroupsRequest, collection: Writ
     transaction: the next request after this returns, on every route, reads with them. Only a caller who may read
     the document may change them."""
     doc = _document(collection, document_id, who)
+    before = doc.groups
     changed = uploads.set_groups(collection, doc, _groups(request.groups, "groups"))
+    recording.record(svc, who, "document.groups", collection, documents=[doc.id], groups=changed.groups,
+                     before=before)
     return _json(svc, collection, changed)
 
 
 @router.delete("/{document_id}", status_code=204)
 def delete(document_id: DocumentId, collection: Writable, svc: ServiceDep, who: Caller) -> Response:
     uploads.delete(collection, svc.jobs, _document(collection, document_id, who))
+    recording.record(svc, who, "document.delete", collection, documents=[document_id])
     return Response(status_code=204)
 
 
@@ -209,9 +221,10 @@ def retry(document_id: DocumentId, collection: Writable, svc: ServiceDep, who: C
 
 
 @router.get("/{document_id}/file", response_model=None)
-def original(document_id: DocumentId, collection: Readable, who: Caller) -> Response:
+def original(document_id: DocumentId, collection: Readable, who: Caller, svc: ServiceDep) -> Response:
     """The original bytes of the served version: a PDF opens at #page=N, an HTML page at its #:~:text= quote."""
     doc = _document(collection, document_id, who)
+    recording.record(svc, who, "document.read", collection, documents=[doc.id], what="file")
     data = collection.read_original(doc)
     if data is None:
         raise ApiError(410, f"the original of {doc.name!r} is no longer where it was indexed from")
@@ -232,9 +245,10 @@ def original(document_id: DocumentId, collection: Readable, who: Caller) -> Resp
 
 
 @router.get("/{document_id}/text", response_class=PlainTextResponse)
-def text(document_id: DocumentId, collection: Readable, who: Caller) -> PlainTextResponse:
+def text(document_id: DocumentId, collection: Readable, who: Caller, svc: ServiceDep) -> PlainTextResponse:
     """The canonical text every citation's #char=a,b range indexes into (code points)."""
     doc = _document(collection, document_id, who)
+    recording.record(svc, who, "document.read", collection, documents=[doc.id], what="text")
     if doc.status != "indexed":
         raise ApiError(409, f"document {doc.id} is {doc.status}: it has no text yet")
     return PlainTextResponse(collection.canonical_text(doc.id))

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
+from citerag.service import recording
 from citerag.service.auth import COOKIE, ServiceDep, authenticate, check_origin, credential, limit
 from citerag.service.errors import ApiError
 from citerag.service.schemas import SessionRequest
@@ -57,11 +58,12 @@ def login(body: SessionRequest, request: Request, svc: ServiceDep) -> Response:
     who = svc.keys.verify(body.key)
     limit(svc, request, who)  # before the 401: past its budget, an address gets 429s, not verdicts on its guesses
     token = svc.keys.start_session(body.key, svc.config.session_ttl_s) if who is not None else None
-    if token is None:
+    if token is None or who is None:
         raise ApiError(401, "not a valid API key", "key")
     previous = request.cookies.get(COOKIE)
     if previous:  # signing in again replaces the browser's session: the old one ends, not just its cookie
         svc.keys.end_session(previous)
+    recording.record(svc, who, "session.start", via="key")
     response = Response(status_code=204)
     response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
                         secure=request.url.scheme == "https")
@@ -74,9 +76,10 @@ def logout(request: Request, svc: ServiceDep) -> Response:
     presented = credential(request)
     token = presented[1] if presented is not None and presented[0] == "cookie" else None
     check_origin(request, cookie=token is not None)
-    limit(svc, request, authenticate(svc, presented))
-    if token is not None:
-        svc.keys.end_session(token)
+    who = authenticate(svc, presented)
+    limit(svc, request, who)
+    if token is not None and svc.keys.end_session(token) and who is not None:
+        recording.record(svc, who, "session.end")
     response = Response(status_code=204)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response

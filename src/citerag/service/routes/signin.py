@@ -58,7 +58,7 @@ def callback(request: Request, svc: ServiceDep, state: Annotated[str, Query(max_
     except OidcError as exc:
         raise ApiError(400, str(exc)) from None
     token = _session(svc, identity)
-    svc.audit.record(event(f"user:{identity.name}", "session.start", groups=list(_groups(identity)), via="oidc"))
+    svc.audit.record(event(f"user:{identity.name}", "session.start", groups=_groups(identity), via="oidc"))
     response = HTMLResponse(f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/">'
                             f'<title>Signed in</title><p>Signed in as {html.escape(identity.name)}. '
                             '<a href="/">Continue</a></p>')
