@@ -309,6 +309,31 @@ class LexicalIndexContract(Durable):
                     np.testing.assert_allclose(scores, all_scores[keep], rtol=0, atol=1e-9)
             index = self.reopen(tmp_path, self.persist(index, tmp_path))
 
+    def test_for_a_reader_of_some_documents_the_others_change_no_score(self, tmp_path: Path) -> None:
+        """Document permissions (Allowed.visible): N, df and the mean length are those of the documents the caller
+        may read, so its scores, ranking and query mass are exactly the reference's over those documents alone, as
+        if the others did not exist; filters within them rank as usual."""
+        docs = BM25_FIXTURE["docs"]
+        corpus, index = Corpus(), self.make()
+        for doc in range(6):
+            index.add(corpus.document(doc, unit(30, doc), docs[doc * 30:(doc + 1) * 30]))
+        index.remove_documents([5])
+        corpus.remove(5)
+        for _ in range(2):
+            for visible, documents in (({0, 2}, {0, 2}), ({1, 3, 4}, {3}), ({0}, {0}), ({0, 1, 2, 3}, {1, 2})):
+                seen = sorted(i for d in visible for i in corpus.ids[d])
+                reference = BM25([corpus.texts[i] for i in seen])
+                limit = Allowed.of(documents, sum(len(corpus.ids[d]) for d in documents), visible)
+                chunks = {i for d in documents for i in corpus.ids[d]}
+                for query in [*BM25_FIXTURE["queries"][:25], "zqxjv kernel"]:
+                    expected = reference.scores(query)
+                    ranked = sorted(((-expected[j], i) for j, i in enumerate(seen) if i in chunks and expected[j] > 0))
+                    ids, scores = index.search(query, 10, limit)
+                    assert ids.tolist() == [i for _, i in ranked[:10]], (query, visible, documents)
+                    np.testing.assert_allclose(scores, [-s for s, _ in ranked[:10]], rtol=0, atol=1e-9)
+                    assert abs(index.query_mass(query, limit) - reference.query_mass(query)) <= 1e-9
+            index = self.reopen(tmp_path, self.persist(index, tmp_path))
+
     def test_nothing_matches_nothing(self) -> None:
         index = self.make()
         assert index.search("anything", 5)[0].tolist() == []

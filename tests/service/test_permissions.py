@@ -355,8 +355,17 @@ def test_a_question_only_a_hidden_document_answers_is_refused_as_if_it_did_not_e
     """Last: it deletes the red-dot chapter. The plain reader's refusal before and after are the same answer."""
     with perm.client(perm.plain) as plain, perm.client(perm.sre) as sre, perm.client(perm.admin) as admin:
         assert not _answer(sre, RED_DOT)["refused"]  # the sre group gets it answered
-        hidden = [_comparable(_answer(plain, q)) for q in (RED_DOT, *SECRET_QUESTIONS[:4])]
+        questions = (RED_DOT, *SECRET_QUESTIONS[:4])
+        hidden = [_comparable(_answer(plain, q)) for q in questions]
+        # Scores too: BM25's N, df and mean length are those of the documents the caller may read.
+        hidden_scores = [_scores(plain, q, mode) for q in questions for mode in ("bm25", "hybrid", "dense")]
         assert hidden[0]["refused"] and hidden[0]["citations"] == []
         assert admin.delete(f"/v1/collections/{NAME}/documents/{perm.ids['ch03.en.html']}").status_code == 204
-        gone = [_comparable(_answer(plain, q)) for q in (RED_DOT, *SECRET_QUESTIONS[:4])]
+        gone = [_comparable(_answer(plain, q)) for q in questions]
         assert hidden == gone
+        assert hidden_scores == [_scores(plain, q, mode) for q in questions for mode in ("bm25", "hybrid", "dense")]
+
+
+def _scores(client: httpx.Client, query: str, mode: str) -> list[tuple[int, int, float]]:
+    found = client.post(f"/v1/collections/{NAME}/search", json={"query": query, "k": 10, "mode": mode})
+    return [(r["document_id"], r["start"], round(r["score"], 9)) for r in found.json()["results"]]

@@ -35,10 +35,19 @@ class Allowed:
 
     documents: np.ndarray  # sorted, unique document ids
     chunks: int  # the chunks they hold: an approximate index scans them exactly below a threshold
+    # The documents a caller may read, when it may not read them all (document permissions): a lexical index's
+    # statistics (N, df, the mean length) are theirs, so that the documents it may not read change no score, as if
+    # they did not exist. None: the collection's own (metadata filters alone keep them).
+    visible: np.ndarray | None = None
 
     @classmethod
-    def of(cls, documents: Iterable[int], chunks: int) -> Allowed:
-        return cls(np.unique(np.fromiter(documents, dtype=np.int64)), int(chunks))
+    def of(cls, documents: Iterable[int], chunks: int, visible: Iterable[int] | None = None) -> Allowed:
+        return cls(np.unique(np.fromiter(documents, dtype=np.int64)), int(chunks),
+                   None if visible is None else np.unique(np.fromiter(visible, dtype=np.int64)))
+
+    def readable(self) -> Allowed | None:
+        """The documents the statistics count, as an Allowed (None: every document)."""
+        return None if self.visible is None else Allowed(self.visible, 0)
 
     def mask(self, documents: np.ndarray) -> np.ndarray:
         """Whether each of these document ids is allowed."""
@@ -93,14 +102,15 @@ class LexicalIndex(Protocol):
     def search(self, query: str, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The k best-scoring live chunks (of `allowed`'s documents only, when given) with a score above zero:
         (chunk ids, scores), best first, ties by id. Scores stay the collection's: N, df and the mean length
-        are over every live chunk, as an unfiltered search's."""
+        are over every live chunk, as an unfiltered search's, or over `allowed.visible`'s when it is set."""
         ...
 
-    def query_mass(self, query: str) -> float:
+    def query_mass(self, query: str, allowed: Allowed | None = None) -> float:
         """The sum of the idf of the query's terms (repeats counted again, as `search` scores them), a term no live
         chunk holds counted at df = 0: about what a chunk of average length holding each term once would score,
         so a score divided by it is the share of the query's lexical evidence a chunk holds
-        (citerag.search.fusion). 0.0 for a query without terms or an empty index."""
+        (citerag.search.fusion). 0.0 for a query without terms or an empty index. With `allowed.visible`, over
+        those documents' chunks, as `search` scores them."""
         ...
 
     def save(self, directory: Path) -> dict[str, Any]: ...

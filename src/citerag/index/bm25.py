@@ -186,21 +186,27 @@ class Bm25Index:
         self.rows.remove_documents(document_ids)
         self._stats = None
 
-    def _live_stats(self) -> Stats | None:
-        """N, avg, each row's length norm and the dead rows, kept until the rows change (None: no live row)."""
+    def _live_stats(self, allowed: Allowed | None = None) -> Stats | None:
+        """N, avg, each row's length norm and the dead rows, kept until the rows change (None: no live row). With
+        `allowed.visible`, those of the documents a caller may read: the others are as dead rows, for this query."""
+        if allowed is not None and (readable := allowed.readable()) is not None:
+            return self._stats_of(self.rows.allowed(readable))
         live = self.rows.live
         n = int(np.count_nonzero(live))
         stats = self._stats
         if stats is not None and stats.key == (len(live), n) and stats.live is live and stats.lengths is self.lengths:
             return stats
+        self._stats = self._stats_of(live)
+        return self._stats
+
+    def _stats_of(self, live: np.ndarray) -> Stats | None:
+        n = int(np.count_nonzero(live)) if len(live) else 0
         if not n:
             return None
         k1, b = self.k1, self.b
         avg = float(self.lengths[live].sum() / n)  # integer-valued, so the sum is exact in any order
         norm = k1 * (1 - b + (b * self.lengths) / avg)  # element by element as `scores` always computed it
-        stats = Stats((len(live), n), n, avg, norm, live, self.lengths, np.flatnonzero(~live), k1, b)
-        self._stats = stats
-        return stats
+        return Stats((len(live), n), n, avg, norm, live, self.lengths, np.flatnonzero(~live), k1, b)
 
     def _terms(self, tokens: list[str], stats: Stats) -> dict[str, Term]:
         """The query's words that some segment or the pending rows hold."""
@@ -248,7 +254,7 @@ class Bm25Index:
     def search(self, query: str, k: int, allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Rows.best over `scores`, computed by MaxScore (citerag.index.bm25_prune) without scoring every posting;
         filtered, every posting is scored and the allowed rows ranked (MaxScore's bounds are the whole index's)."""
-        stats = self._live_stats()
+        stats = self._live_stats(allowed)
         if k <= 0 or stats is None:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         tokens = self.analyzer.terms(query, fallback=self.language)
@@ -265,8 +271,8 @@ class Bm25Index:
         order = np.lexsort((ids, -score))[:k]
         return ids[order], score[order]
 
-    def query_mass(self, query: str) -> float:
-        stats = self._live_stats()
+    def query_mass(self, query: str, allowed: Allowed | None = None) -> float:
+        stats = self._live_stats(allowed)
         if stats is None:
             return 0.0
         tokens = self.analyzer.terms(query, fallback=self.language)

@@ -93,6 +93,15 @@ SELECT 3, NULL, NULL, count(*), NULL,
        string_agg(int4send(position), ''::bytea ORDER BY segment, position)
 FROM lexical_chunks WHERE collection_id = %(c)s AND model = %(m)s AND document_id = ANY(%(docs)s::bigint[])
 """
+# A search for a caller who may read only some documents, kind 4: their live chunks (count, summed length, their
+# segments and positions), over which N, df and the mean length are counted (Allowed.visible).
+_READ_VISIBLE = """
+UNION ALL
+SELECT 4, NULL, NULL, count(*), COALESCE(sum(length), 0),
+       string_agg(int8send(segment), ''::bytea ORDER BY segment, position),
+       string_agg(int4send(position), ''::bytea ORDER BY segment, position)
+FROM lexical_chunks WHERE collection_id = %(c)s AND model = %(m)s AND document_id = ANY(%(visible)s::bigint[])
+"""
 # The chunk ids at (segment, position): eight bytes each, read without the rest of the segment's array.
 _CHUNK_IDS = """
 SELECT w.i, substring(s.chunk_ids FROM w.position * 8 + 1 FOR 8)
@@ -224,11 +233,13 @@ class PgBm25Index:
                         {"c": self.collection_id, "docs": docs})
 
     # Reading
-    def _read(self, cur: Cursor[TupleRow], terms: list[str], full: bool, documents: list[int] | None = None) -> _Read:
-        params = {"c": self.collection_id, "m": self.model, "terms": sorted(set(terms)), "full": full}
-        if documents is not None:
-            params["docs"] = documents
-        rows = cur.execute(_READ if documents is None else _READ + _READ_ALLOWED, params).fetchall()
+    def _read(self, cur: Cursor[TupleRow], terms: list[str], full: bool, documents: list[int] | None = None,
+              visible: list[int] | None = None) -> _Read:
+        full = full or visible is not None  # the visible chunks' postings are told apart by their positions
+        params = {"c": self.collection_id, "m": self.model, "terms": sorted(set(terms)), "full": full,
+                  "docs": documents, "visible": visible}
+        rows = cur.execute(_READ + (_READ_ALLOWED if documents is not None else "")
+                           + (_READ_VISIBLE if visible is not None else ""), params).fetchall()
         segments = sorted((int(r[1]), int(r[3]), int(r[4])) for r in rows if r[0] == 0)
         ids = np.array([s[0] for s in segments], dtype=np.int64)
         sizes = np.array([s[1] for s in segments], dtype=np.int64)
@@ -262,6 +273,13 @@ class PgBm25Index:
                 np.frombuffer(chosen[6], dtype=INT4)
         where, tfs, lengths = unpack([(r[5], int(r[3]), int(f)) for r, f in zip(found, first.tolist(), strict=True)])
         word_of = np.repeat(term_of, counts)
+        if visible is not None:  # only what the caller may read is counted: the rest is as removed, here
+            seen = next(r for r in rows if r[0] == 4)
+            n, total = int(seen[3]), int(seen[4])
+            live = np.zeros(int(offsets[-1]), dtype=bool)
+            if seen[3]:
+                live[offsets[np.searchsorted(ids, np.frombuffer(seen[5], dtype=INT8))]
+                     + np.frombuffer(seen[6], dtype=INT4)] = True
         if live is not None:
             keep = live[where]
             where, tfs, lengths, word_of = where[keep], tfs[keep], lengths[keep], word_of[keep]
@@ -283,17 +301,19 @@ class PgBm25Index:
         if not words or k <= 0 or (allowed is not None and not len(allowed.documents)):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         documents = None if allowed is None else allowed.documents.tolist()
+        visible = None if allowed is None or allowed.visible is None else allowed.visible.tolist()
         for _ in range(3):
             try:
-                return self._search(words, k, documents)
+                return self._search(words, k, documents, visible)
             except _Moved:
                 continue
         raise RuntimeError("BM25 segments kept moving under a READ COMMITTED search: search in a transaction")
 
-    def _search(self, words: list[str], k: int, documents: list[int] | None) -> tuple[np.ndarray, np.ndarray]:
+    def _search(self, words: list[str], k: int, documents: list[int] | None,
+                visible: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         empty = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         with self._cursor(binary=True) as cur:  # bytea as it is, not as hex
-            read = self._read(cur, words, full=True, documents=documents)
+            read = self._read(cur, words, full=True, documents=documents, visible=visible)
             if not read.n or not read.postings:
                 return empty
             out = np.zeros(read.size, dtype=np.float64)
@@ -335,12 +355,13 @@ class PgBm25Index:
         best = np.lexsort((chunk_ids, -out[scoring]))[:k]
         return chunk_ids[best], out[scoring][best]
 
-    def query_mass(self, query: str) -> float:
+    def query_mass(self, query: str, allowed: Allowed | None = None) -> float:
         terms = [term_key(w) for w in self.analyzer.terms(query, fallback=DEFAULT)]  # as `search` reads them
         if not terms:
             return 0.0
+        visible = None if allowed is None or allowed.visible is None else allowed.visible.tolist()
         with self._cursor(binary=True) as cur:
-            read = self._read(cur, terms, full=False)
+            read = self._read(cur, terms, full=False, visible=visible)
         return idf_mass(read.n, read.df, terms)
 
     def save(self, directory: Path) -> dict[str, Any]:

@@ -141,7 +141,10 @@ class Filters:
         chosen = [d for d in facets if self.matches(d)]
         if len(chosen) == len(facets):
             return None
-        return Allowed.of((d.id for d in chosen), sum(d.chunk_count for d in chosen))
+        # A caller who may not read every document: the lexical statistics are those of the ones it may read.
+        visible = [d.id for d in facets if readable_by(d.groups, self.audience)]
+        return Allowed.of((d.id for d in chosen), sum(d.chunk_count for d in chosen),
+                          visible if len(visible) < len(facets) else None)
 
 
 def checked_tags(tags: Iterable[str], field: str = "tags") -> list[str]:

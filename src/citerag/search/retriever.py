@@ -67,7 +67,7 @@ class Retriever:
             contents = {i: c.content for i, c in self.view.chunks(shortlist).items()}
             # The words of the lexical index's own tokenisation (an index without one: the reference's).
             exact = exact_matches(query, shortlist, contents, analyzer=getattr(lexical, "analyzer", REFERENCE))
-            found = evidence(lexical_ids, lexical_scores, lexical.query_mass(query))
+            found = evidence(lexical_ids, lexical_scores, lexical.query_mass(query, allowed))
             ids, scores = _traced("citerag.fusion", lambda: fused_order(
                 dense, found, lambda c: vector.similarity(ranking, c), self.lexical_weight, exact))
             ids, scores = ids[:k], scores[:k]
@@ -75,7 +75,7 @@ class Retriever:
         else:
             if mode == "bm25":
                 ids, scores = _traced("citerag.bm25", lambda: lexical.search(query, k, allowed))
-                found = evidence(ids, scores, lexical.query_mass(query))
+                found = evidence(ids, scores, lexical.query_mass(query, allowed))
             else:
                 dense, _ = _traced("citerag.dense", lambda: vector.search(q, self.fusion_depth, allowed))
                 lexical_ids, lexical_scores = _traced("citerag.bm25",
@@ -87,7 +87,7 @@ class Retriever:
                             np.array([s for _, s in fused], dtype=np.float64))
 
                 ids, scores = _traced("citerag.fusion", fuse)
-                found = evidence(lexical_ids, lexical_scores, lexical.query_mass(query))
+                found = evidence(lexical_ids, lexical_scores, lexical.query_mass(query, allowed))
             # Every hit, BM25-only ones included, gets its exact cosine distance, so the gate treats all alike.
             similarity = vector.similarity(q, ids)
         decisive = set(exact)
