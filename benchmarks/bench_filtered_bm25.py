@@ -1,5 +1,6 @@
 """Filtered BM25 at 100,000 chunks: the latency of the embedded Bm25Index and of PgBm25Index when a filter keeps
-1 %, 5 %, 20 % or 50 % of the documents, beside the unfiltered search.
+1 %, 5 %, 20 % or 50 % of the documents, beside the unfiltered search; and when the same documents are all a caller
+may read (document permissions, "as a reader": N, df and the mean length counted over them, Allowed.visible).
 
     .venv/bin/python benchmarks/bench_filtered_bm25.py                  # 100,000 chunks (a few minutes)
     .venv/bin/python benchmarks/bench_filtered_bm25.py --chunks 10000   # any multiple of 50, for a quick look
@@ -99,7 +100,9 @@ def measure(backends: dict[str, Search], questions: list[str], rounds: int, docu
     rows: list[dict[str, Any]] = []
     mismatches = 0
     mark = cpu_mark()
-    for name, allowed in filters(documents):
+    chosen = filters(documents)
+    readers = [(f"{name} as a reader", Allowed(a.documents, a.chunks, a.documents)) for name, a in chosen if a]
+    for name, allowed in [*chosen, *readers]:
         note(f"filter {name}")
         per_round: dict[str, list[tuple[float, float]]] = {b: [] for b in backends}
         for r in range(rounds + 1):  # round 0 warms up and compares the backends' answers
@@ -110,7 +113,7 @@ def measure(backends: dict[str, Search], questions: list[str], rounds: int, docu
                     t = time.perf_counter()
                     found.append(search(q, allowed))
                     took[backend].append(time.perf_counter() - t)
-                if r == 0 and len(found) == 2:
+                if r == 0 and len(found) == 2:  # a reader's scores are its own, the same on both backends
                     (a, sa), (b, sb) = found
                     mismatches += a.tolist() != b.tolist() or sa.tolist() != sb.tolist()
             for backend in backends if r else ():

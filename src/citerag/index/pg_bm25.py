@@ -238,7 +238,8 @@ class PgBm25Index:
         full = full or visible is not None  # the visible chunks' postings are told apart by their positions
         params = {"c": self.collection_id, "m": self.model, "terms": sorted(set(terms)), "full": full,
                   "docs": documents, "visible": visible}
-        rows = cur.execute(_READ + (_READ_ALLOWED if documents is not None else "")
+        same = documents is not None and documents == visible  # a reader without other filters: read them once
+        rows = cur.execute(_READ + (_READ_ALLOWED if documents is not None and not same else "")
                            + (_READ_VISIBLE if visible is not None else ""), params).fetchall()
         segments = sorted((int(r[1]), int(r[3]), int(r[4])) for r in rows if r[0] == 0)
         ids = np.array([s[0] for s in segments], dtype=np.int64)
@@ -267,7 +268,7 @@ class PgBm25Index:
             return _Read(n, total, int(offsets[-1]), ids, offsets, {}, dict(zip(words, per_word.tolist(), strict=True)))
         allowed = None
         if documents is not None:
-            chosen = next(r for r in rows if r[0] == 3)
+            chosen = next(r for r in rows if r[0] == (4 if same else 3))
             allowed = np.zeros(0, dtype=np.int64) if not chosen[3] else \
                 offsets[np.searchsorted(ids, np.frombuffer(chosen[5], dtype=INT8))] + \
                 np.frombuffer(chosen[6], dtype=INT4)
