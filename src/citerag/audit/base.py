@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -132,6 +132,27 @@ class AuditQuery:
     until: str | None = None
     document: int | None = None
     limit: int = 100
+
+    def where(self, ph: str, document_clause: str, at: Callable[[str], Any] = str) -> tuple[str, list[Any]]:
+        """The filters as a backend's WHERE clause and its arguments: `ph` its placeholder, `document_clause` its test
+        that an event's documents hold one id (with one placeholder), `at` a time as the backend compares it."""
+        clauses: list[str] = []
+        args: list[Any] = []
+        for column, value in (("collection", self.collection), ("principal", self.principal)):
+            if value is not None:
+                clauses.append(f"{column} = {ph}")
+                args.append(value)
+        if self.action is not None:  # the action, or its family's ("document" is every document.*)
+            clauses.append(f"(action = {ph} OR action LIKE {ph})")
+            args += [self.action, f"{self.action}.%"]
+        for bound, op in ((self.since, ">="), (self.until, "<")):
+            if bound is not None:
+                clauses.append(f"at {op} {ph}")
+                args.append(at(bound))
+        if self.document is not None:
+            clauses.append(document_clause)
+            args.append(self.document)
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     @classmethod
     def parse(cls, *, collection: str | None = None, principal: str | None = None, action: str | None = None,

@@ -63,7 +63,7 @@ class PostgresAuditLog(Recorder):
               document: int | None = None, limit: int = 100) -> list[AuditEvent]:
         q = AuditQuery.parse(collection=collection, principal=principal, action=action, since=since, until=until,
                              document=document, limit=limit)
-        where, args = _where(q)
+        where, args = q.where("%s", "%s = ANY (documents)", as_datetime)
         with self._connection() as conn:
             rows = conn.execute(f"SELECT {_COLUMNS} FROM audit_events{where} ORDER BY at DESC, seq DESC LIMIT %s",
                                 (*args, q.limit)).fetchall()
@@ -80,25 +80,3 @@ class PostgresAuditLog(Recorder):
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
-
-
-def _where(q: AuditQuery) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    args: list[Any] = []
-    for column, value in (("collection", q.collection), ("principal", q.principal)):
-        if value is not None:
-            clauses.append(f"{column} = %s")
-            args.append(value)
-    if q.action is not None:  # the action, or its family's ("document" is every document.*)
-        clauses.append("(action = %s OR action LIKE %s)")
-        args += [q.action, f"{q.action}.%"]
-    if q.since is not None:
-        clauses.append("at >= %s")
-        args.append(as_datetime(q.since))
-    if q.until is not None:
-        clauses.append("at < %s")
-        args.append(as_datetime(q.until))
-    if q.document is not None:
-        clauses.append("%s = ANY (documents)")
-        args.append(q.document)
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from citerag.audit.base import AuditEvent, AuditQuery, Recorder, Row, cutoff
 from citerag.errors import StoreUnavailable, first_line
@@ -69,7 +68,7 @@ class SqliteAuditLog(Recorder):
                              document=document, limit=limit)
         if not self.path.exists():  # reading creates nothing
             return []
-        where, args = _where(q)
+        where, args = q.where("?", "EXISTS (SELECT 1 FROM json_each(audit_events.documents) WHERE json_each.value = ?)")
         try:
             with self._transaction() as db:
                 rows = db.execute(f"SELECT {_COLUMNS} FROM audit_events{where} ORDER BY at DESC, seq DESC LIMIT ?",
@@ -90,25 +89,3 @@ class SqliteAuditLog(Recorder):
 
     def close(self) -> None:
         pass  # a connection per call: nothing held
-
-
-def _where(q: AuditQuery) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    args: list[Any] = []
-    for column, value in (("collection", q.collection), ("principal", q.principal)):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            args.append(value)
-    if q.action is not None:  # the action, or its family's ("document" is every document.*)
-        clauses.append("(action = ? OR action LIKE ?)")
-        args += [q.action, f"{q.action}.%"]
-    if q.since is not None:
-        clauses.append("at >= ?")
-        args.append(q.since)
-    if q.until is not None:
-        clauses.append("at < ?")
-        args.append(q.until)
-    if q.document is not None:
-        clauses.append("EXISTS (SELECT 1 FROM json_each(audit_events.documents) WHERE json_each.value = ?)")
-        args.append(q.document)
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args

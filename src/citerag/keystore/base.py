@@ -196,6 +196,12 @@ def checked_groups(groups: Iterable[str], field: str = "groups") -> list[str]:
     return out
 
 
+# A key's collection, scope, user and groups, as both backends select them (keys as `k`, users as `u`): a user's key
+# reads with its user's groups as they are now.
+PRINCIPAL_COLUMNS = ("k.collection, k.scope, k.user_name,"
+                     " CASE WHEN k.user_name IS NULL THEN k.member_of ELSE u.member_of END")
+
+
 def principal_of(prefix: str, collection: str | None, scope: str, user: str | None,
                  groups: str | list[str] | None) -> Principal:
     """A stored key's principal; `groups` as stored (JSON text in SQLite, a list from PostgreSQL's JSONB)."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from citerag.errors import CiteragError, StoreUnavailable
 from citerag.keystore.base import (
+    PRINCIPAL_COLUMNS,
     KeyInfo,
     Principal,
     UserInfo,
@@ -53,8 +54,6 @@ SESSIONS_SCHEMA = (
     " user_name TEXT NOT NULL REFERENCES api_users(name) ON DELETE CASCADE, created_at TEXT NOT NULL,"
     " expires_at DOUBLE PRECISION NOT NULL)",
 )
-# A key's collection, scope, user and groups: a user's key reads with its user's groups as they are now.
-_PRINCIPAL = "k.collection, k.scope, k.user_name, CASE WHEN k.user_name IS NULL THEN k.member_of ELSE u.member_of END"
 
 
 class PostgresKeyStore:
@@ -149,7 +148,7 @@ class PostgresKeyStore:
         row = None
         if prefix:
             with self._transaction() as conn:
-                row = conn.execute(f"SELECT k.digest, {_PRINCIPAL} FROM api_keys k LEFT JOIN api_users u"
+                row = conn.execute(f"SELECT k.digest, {PRINCIPAL_COLUMNS} FROM api_keys k LEFT JOIN api_users u"
                                    " ON u.name = k.user_name WHERE k.prefix = %s", (prefix,)).fetchone()
         return check(token, row)
 
@@ -172,7 +171,7 @@ class PostgresKeyStore:
             return None
         with self._transaction() as conn:
             # Joined to its key (prefix and hash): another key under a reused prefix opens no old session.
-            row = conn.execute(f"SELECT s.prefix, {_PRINCIPAL} FROM api_sessions s JOIN api_keys k"
+            row = conn.execute(f"SELECT s.prefix, {PRINCIPAL_COLUMNS} FROM api_sessions s JOIN api_keys k"
                                " ON k.prefix = s.prefix AND k.digest = s.key_digest LEFT JOIN api_users u"
                                " ON u.name = k.user_name WHERE s.digest = %s AND s.expires_at > %s",
                                (found, time.time())).fetchone()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from citerag.errors import CiteragError
 from citerag.keystore.base import (
+    PRINCIPAL_COLUMNS,
     KeyInfo,
     Principal,
     UserInfo,
@@ -26,8 +27,6 @@ from citerag.keystore.base import (
 )
 
 KEYS_FILE = "keys.sqlite3"
-# A key's collection, scope, user and groups: a user's key reads with its user's groups as they are now.
-_PRINCIPAL = "k.collection, k.scope, k.user_name, CASE WHEN k.user_name IS NULL THEN k.member_of ELSE u.member_of END"
 
 
 def _user(row: tuple[str, str, str, str, str]) -> UserInfo:
@@ -123,7 +122,7 @@ class SqliteKeyStore:
         row = None
         if prefix and self.path.exists():
             with self._connect() as db:
-                row = db.execute(f"SELECT k.digest, {_PRINCIPAL} FROM keys k LEFT JOIN users u ON u.name = "
+                row = db.execute(f"SELECT k.digest, {PRINCIPAL_COLUMNS} FROM keys k LEFT JOIN users u ON u.name = "
                                  "k.user_name WHERE k.prefix = ?", (prefix,)).fetchone()
         return check(token, row)
 
@@ -145,7 +144,7 @@ class SqliteKeyStore:
             return None
         with self._connect() as db:
             # Joined to its key (prefix and hash): no key row, or another key under the prefix, no session.
-            row = db.execute(f"SELECT s.prefix, {_PRINCIPAL} FROM sessions s JOIN keys k "
+            row = db.execute(f"SELECT s.prefix, {PRINCIPAL_COLUMNS} FROM sessions s JOIN keys k "
                              "ON k.prefix = s.prefix AND k.digest = s.key_digest LEFT JOIN users u "
                              "ON u.name = k.user_name WHERE s.digest = ? AND s.expires_at > ?",
                              (found, time.time())).fetchone()
