@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from citerag.app.home import Citerag
+from citerag.app.models import Filters, SearchOptions
+from citerag.settings import Settings
 from cli_run import assert_one_line_error, run
 from corpus_paths import DEV_CORPUS, ROOT
 from system_tools import require_git
@@ -126,3 +129,35 @@ def test_a_folders_tag_rules_tag_its_documents_for_filtered_questions(
     assert json.loads(run(search, capsys, monkeypatch)[1]) == []
     assert_one_line_error(run(["sources", "add", "bad", "--folder", str(folder), "--tag", "runbooks/**", *ix],
                               capsys, monkeypatch), "tags rule ['runbooks/**', '']")
+
+
+def test_a_folders_group_rules_decide_who_reads_its_documents(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules GLOB=GROUP give each synced document the groups that may read it (before its text is searchable); a
+    reader outside them does not find it, one inside does; a document moved out of the rule's glob is open again."""
+    folder = tmp_path / "share"
+    (folder / "hr").mkdir(parents=True)
+    shutil.copy(XQUAD / "Packet_switching.txt", folder / "hr" / "packets.md")
+    shutil.copy(XQUAD / "Apollo_program.txt", folder / "apollo.md")
+    ix = ["--index", str(tmp_path / "ix")]
+    assert run(["sources", "add", "share", "--folder", str(folder), "--group", "hr/**=hr", *ix], capsys,
+               monkeypatch)[0] == 0
+    assert run(["sources", "sync", "share", *ix], capsys, monkeypatch)[0] == 0
+
+    def groups() -> dict[str, list[str]]:
+        return {d["name"]: d["groups"] for d in json.loads(run(["status", "--json", *ix], capsys,
+                                                               monkeypatch)[1])["documents"]}
+
+    def found(audience: frozenset[str]) -> set[str]:
+        with Citerag.open(Settings(index_dir=tmp_path / "ix")) as app:
+            result = app.search("Who developed the packet switching concept?",
+                                SearchOptions(k=5, filters=Filters().seen_by(audience)))
+        return {h.document.name for h in result.hits}
+
+    assert groups() == {"packets.md": ["hr"], "apollo.md": []}
+    assert found(frozenset()) == {"apollo.md"} and "packets.md" in found(frozenset({"hr"}))
+    (folder / "hr" / "packets.md").rename(folder / "packets.md")  # out of hr/: open to everyone
+    assert run(["sources", "sync", "share", *ix], capsys, monkeypatch)[0] == 0
+    assert groups() == {"packets.md": [], "apollo.md": []} and "packets.md" in found(frozenset())
+    assert_one_line_error(run(["sources", "add", "bad", "--folder", str(folder), "--group", "hr/**", *ix],
+                              capsys, monkeypatch), "groups rule ['hr/**', '']")
