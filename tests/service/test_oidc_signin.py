@@ -148,6 +148,15 @@ def test_a_session_from_the_callback_reads_with_the_users_groups_and_ends_with_t
         assert _listed(browser_like) == {"ch04.en.html"}
         assert site.keys.remove_user("bob")
         assert browser_like.get("/v1/collections/default/documents").status_code == 401
+    # A callback from another browser than the one that began the sign-in (login CSRF: an attacker's own callback
+    # URL opened in a victim's browser) is refused, and signs nobody in.
+    with httpx.Client(base_url=url, timeout=60) as attacker, httpx.Client() as provider, \
+            httpx.Client(base_url=url, timeout=60) as victim:
+        start = attacker.get("/v1/oidc/login", follow_redirects=False)
+        params = sign_in_without_browser(provider, start.headers["location"], "alice", f"{url}/v1/oidc/callback")
+        forged = victim.get("/v1/oidc/callback", params=params)
+        assert forged.status_code == 400 and forged.json()["field"] == "state"
+        assert "citerag_session" not in victim.cookies and victim.get("/v1/session").json()["user"] is None
     # A made-up state, and a provider's refusal, are 400s that name what happened.
     with httpx.Client(base_url=url) as c:
         assert c.get("/v1/oidc/callback", params={"state": "forged", "code": "x"}).status_code == 400

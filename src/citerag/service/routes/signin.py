@@ -5,6 +5,7 @@ returns to the page. Served only when the server was started with an issuer (`ci
 
 from __future__ import annotations
 
+import hmac
 import html
 import logging
 from typing import Annotated
@@ -22,7 +23,10 @@ from citerag.service.state import Service
 
 log = logging.getLogger("citerag.service")
 router = APIRouter(prefix="/v1/oidc", tags=["service"])
-CALLBACK = "/v1/oidc/callback"
+# The sign-in's state, also in a cookie of the browser that began it: a callback is taken only from that browser, so
+# another site cannot sign a victim's browser in as the attacker with a callback URL the attacker got (login CSRF).
+# SameSite=Lax: the provider's redirect back is a cross-site top-level GET, which carries it.
+STATE_COOKIE = "citerag_oidc_state"
 
 
 def _client(svc: Service) -> OidcClient:
@@ -40,7 +44,10 @@ def login(request: Request, svc: ServiceDep) -> RedirectResponse:
     except OidcError as exc:
         raise ApiError(502, str(exc)) from None
     svc.logins.add(pending)
-    return RedirectResponse(url, status_code=302)
+    response = RedirectResponse(url, status_code=302)
+    response.set_cookie(STATE_COOKIE, pending.state, max_age=600, httponly=True, samesite="lax", path="/v1/oidc",
+                        secure=request.url.scheme == "https")
+    return response
 
 
 @router.get("/callback", response_class=HTMLResponse, name="oidc_callback")
@@ -50,6 +57,8 @@ def callback(request: Request, svc: ServiceDep, state: Annotated[str, Query(max_
     cookie (the redirect chain from the provider would not)."""
     limit(svc, request, None)
     client = _client(svc)
+    if not hmac.compare_digest(request.cookies.get(STATE_COOKIE, ""), state):
+        raise ApiError(400, "this sign-in was not begun in this browser: start it again from the page", "state")
     pending = svc.logins.pop(state)
     if pending is None:
         raise ApiError(400, "this sign-in is unknown, used or expired: start it again from the page", "state")
@@ -67,6 +76,7 @@ def callback(request: Request, svc: ServiceDep, state: Annotated[str, Query(max_
         svc.keys.end_session(previous)
     response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
                         secure=request.url.scheme == "https")
+    response.delete_cookie(STATE_COOKIE, path="/v1/oidc")
     return response
 
 
