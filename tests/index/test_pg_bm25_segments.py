@@ -313,8 +313,9 @@ def test_a_read_committed_search_reads_again_when_a_merge_moves_its_chunks(conne
     reader.autocommit = True
     read, merged = PgBm25Index._read, []
 
-    def read_then_merge(self: PgBm25Index, cur: Any, terms: list[str], full: bool, documents: Any = None) -> Any:
-        found = read(self, cur, terms, full, documents)
+    def read_then_merge(self: PgBm25Index, cur: Any, terms: list[str], full: bool, documents: Any = None,
+                        visible: Any = None) -> Any:
+        found = read(self, cur, terms, full, documents, visible)
         if not merged:
             merged.append(True)
             index.add(live.version(3, texts[50:60]))  # the fourth segment: all four merge

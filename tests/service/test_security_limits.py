@@ -33,7 +33,7 @@ def test_the_session_routes_are_inside_the_rate_limit(tmp_path: Path) -> None:
         # and its sign-ins and session checks spend that budget.
         assert c.post("/v1/session", json={"key": key}).status_code == 204
         assert c.get("/v1/session").json() == {"keys_required": True, "authenticated": True, "scope": "admin",
-                                                 "collection": None}
+                                                 "collection": None, "oidc": False, "user": None, "groups": []}
         assert c.get("/v1/collections").status_code == 200
         over = c.get("/v1/session")
         assert over.status_code == 429 and "for this key" in over.json()["error"]
