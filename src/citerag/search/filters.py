@@ -142,9 +142,9 @@ class Filters:
         if len(chosen) == len(facets):
             return None
         # A caller who may not read every document: the lexical statistics are those of the ones it may read.
-        visible = [d.id for d in facets if readable_by(d.groups, self.audience)]
+        visible = None if self.audience is None else [d.id for d in facets if readable_by(d.groups, self.audience)]
         return Allowed.of((d.id for d in chosen), sum(d.chunk_count for d in chosen),
-                          visible if len(visible) < len(facets) else None)
+                          visible if visible is not None and len(visible) < len(facets) else None)
 
 
 def checked_tags(tags: Iterable[str], field: str = "tags") -> list[str]:

@@ -20,10 +20,9 @@ from citerag.app.collection import Collection
 from citerag.errors import CiteragError
 from citerag.keystore.base import LOCAL, PREFIX, Principal
 from citerag.service.errors import ApiError
-from citerag.service.oidc import OidcError
+from citerag.service.oidc import OidcError, usable_groups
 from citerag.service.schemas import COLLECTION_NAME
 from citerag.service.state import Service
-from citerag.types import GROUP
 
 COOKIE = "citerag_session"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -63,8 +62,8 @@ def authenticate(svc: Service, presented: Credential) -> Principal | None:
         identity = svc.oidc.verify_bearer(token)
     except OidcError:
         return None
-    groups = frozenset(g for g in identity.groups if GROUP.match(g))
-    return _signed_in(svc, Principal(f"user:{identity.name}", None, "read", identity.name, groups))
+    return _signed_in(svc, Principal(f"user:{identity.name}", None, "read", identity.name,
+                                     frozenset(usable_groups(identity))))
 
 
 def _signed_in(svc: Service, who: Principal | None) -> Principal | None:

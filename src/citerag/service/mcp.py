@@ -12,7 +12,7 @@ on the REST routes: a collection it may not read is "not found", never a differe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,9 +27,10 @@ from citerag import __version__
 from citerag.app.collection import Collection
 from citerag.app.home import Citerag
 from citerag.app.models import AskOptions, Filters, SearchOptions, check_text
-from citerag.audit.base import AuditLog, NoAudit, event
+from citerag.audit.base import AuditLog, NoAudit
 from citerag.errors import CiteragError
 from citerag.keystore.base import LOCAL, Principal
+from citerag.service import recording
 from citerag.service.errors import ApiError
 from citerag.service.present import answer_json, search_json
 from citerag.types import readable_by
@@ -45,10 +46,6 @@ class Access:
     core: Citerag
     who: Principal
     audit: AuditLog = field(default_factory=NoAudit)  # the service's trail (none for the local stdio user)
-
-    def record(self, action: str, collection: Collection, trace_id: str | None, documents: Iterable[int],
-               **detail: Any) -> None:
-        self.audit.record(event(self.who.who, action, collection.name, trace_id, documents, via="mcp", **detail))
 
 
 Resolve = Callable[[Context], Access]
@@ -101,8 +98,7 @@ def build(resolve: Resolve) -> MCPServer:
                 caller.who.audience)))
         except CiteragError as exc:
             raise ToolError(str(exc)) from None
-        caller.record("search", target, result.trace_id, {h.document.id for h in result.hits},
-                      **({"question": text} if target.settings.trace_text else {}))
+        recording.searched(caller.audit, caller.who, target, text, result, via="mcp")
         return search_json(target.name, text, result)
 
     @server.tool()
@@ -117,8 +113,7 @@ def build(resolve: Resolve) -> MCPServer:
             answer = target.ask(text, AskOptions(filters=Filters.parse(filters).seen_by(caller.who.audience)))
         except CiteragError as exc:
             raise ToolError(str(exc)) from None
-        caller.record("ask", target, answer.trace_id, {c.document_id for c in answer.citations},
-                      refused=answer.refused, **({"question": text} if target.settings.trace_text else {}))
+        recording.answered(caller.audit, caller.who, "ask", target, text, answer, via="mcp")
         return answer_json(target.name, answer)
 
     @server.tool()
@@ -134,7 +129,8 @@ def build(resolve: Resolve) -> MCPServer:
         if doc.status != "indexed":
             raise ToolError(f"document {document_id} is {doc.status}: it has no text yet")
         full = target.canonical_text(doc.id)
-        caller.record("document.read", target, None, [doc.id], what="text")
+        recording.record(caller.audit, caller.who, "document.read", target, documents=[doc.id], what="text",
+                         via="mcp")
         stop = min(len(full), start + MAX_READ if end is None else end)
         if start < 0 or stop < start or (end is not None and end - start > MAX_READ):
             raise ToolError(f"start and end: expected 0 <= start <= end and at most {MAX_READ} characters")

@@ -9,6 +9,7 @@ and client as a bearer token (`OidcClient.verify_bearer`). Every failure is one 
 from __future__ import annotations
 
 import hmac
+import logging
 import secrets
 import threading
 import time
@@ -23,6 +24,10 @@ from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.httpx_client import OAuth2Client
 
 from citerag.errors import CiteragError, first_line
+from citerag.keystore.base import MAX_GROUPS
+from citerag.types import GROUP
+
+log = logging.getLogger("citerag.service")
 
 LEEWAY_S = 30  # clock skew allowed between the provider and this server, on exp/iat/nbf
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -48,6 +53,16 @@ class Identity:
     subject: str  # the provider's `sub`
     name: str  # preferred_username, else name, else email, else sub
     groups: tuple[str, ...]
+
+
+def usable_groups(identity: Identity) -> list[str]:
+    """The claim's groups that are group names here (citerag.types.GROUP); others (spaces, over 128 characters) are
+    left out, and past MAX_GROUPS the rest, with a warning, rather than refusing the sign-in."""
+    usable = list(dict.fromkeys(g for g in identity.groups if GROUP.fullmatch(g)))
+    if len(usable) > MAX_GROUPS or len(usable) < len(set(identity.groups)):
+        log.warning("%s's claim has groups that are not group names here, or more than %d: only the first %d usable "
+                    "ones are kept", identity.name, MAX_GROUPS, MAX_GROUPS)
+    return usable[:MAX_GROUPS]
 
 
 @dataclass(frozen=True)

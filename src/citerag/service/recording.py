@@ -9,16 +9,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from citerag.app.collection import Collection
-from citerag.audit.base import event
+from citerag.audit.base import AuditLog, event
 from citerag.keystore.base import Principal
-from citerag.service.state import Service
 from citerag.types import Answer, SearchResult
 
 
-def record(svc: Service, who: Principal, action: str, collection: Collection | str | None = None,
+def record(audit: AuditLog, who: Principal, action: str, collection: Collection | str | None = None,
            trace_id: str | None = None, documents: Iterable[int] = (), **detail: Any) -> None:
     name = collection.name if isinstance(collection, Collection) else collection
-    svc.audit.record(event(who.who, action, name, trace_id, documents, **detail))
+    audit.record(event(who.who, action, name, trace_id, documents, **detail))
 
 
 def words(collection: Collection, text: str) -> dict[str, str]:
@@ -26,22 +25,22 @@ def words(collection: Collection, text: str) -> dict[str, str]:
     return {"question": text} if collection.settings.trace_text else {}
 
 
-def searched(svc: Service, who: Principal, collection: Collection, query: str, result: SearchResult,
+def searched(audit: AuditLog, who: Principal, collection: Collection, query: str, result: SearchResult,
              **detail: Any) -> None:
-    record(svc, who, "search", collection, result.trace_id, sorted({h.document.id for h in result.hits}),
+    record(audit, who, "search", collection, result.trace_id, sorted({h.document.id for h in result.hits}),
            **words(collection, query), **detail)
 
 
-def answered(svc: Service, who: Principal, action: str, collection: Collection, question: str, answer: Answer,
+def answered(audit: AuditLog, who: Principal, action: str, collection: Collection, question: str, answer: Answer,
              **detail: Any) -> None:
-    record(svc, who, action, collection, answer.trace_id, sorted({c.document_id for c in answer.citations}),
+    record(audit, who, action, collection, answer.trace_id, sorted({c.document_id for c in answer.citations}),
            refused=answer.refused, **words(collection, question), **detail)
 
 
-def answering(svc: Service, who: Principal, action: str, collection: Collection, question: str,
+def answering(audit: AuditLog, who: Principal, action: str, collection: Collection, question: str,
               events: Iterator[tuple[str, Any]], **detail: Any) -> Iterator[tuple[str, Any]]:
     """A streamed answer's events, passed through; recorded when its final answer goes by."""
     for kind, value in events:
         if kind == "answer" and isinstance(value, Answer):
-            answered(svc, who, action, collection, question, value, **detail)
+            answered(audit, who, action, collection, question, value, **detail)
         yield kind, value

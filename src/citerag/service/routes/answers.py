@@ -52,7 +52,7 @@ def search(request: SearchRequest, collection: Readable, who: Caller, svc: Servi
     result = collection.search(query, SearchOptions(mode=request.mode, k=request.k,
                                                     filters=filters_field(request.filters, who)))
     observe_search(collection, result)
-    recording.searched(svc, who, collection, query, result)
+    recording.searched(svc.audit, who, collection, query, result)
     return JSONResponse(search_json(collection.name, query, result))
 
 
@@ -68,10 +68,10 @@ def ask(request: AskRequest, collection: Readable, who: Caller,
     if not request.stream:
         answer = experiments.mark(collection.ask(question, options), options)
         observe_answer(collection, answer)
-        recording.answered(svc, who, "ask", collection, question, answer)
+        recording.answered(svc.audit, who, "ask", collection, question, answer)
         return JSONResponse(answer_json(collection.name, answer))
     answer_events = collection.ask_events(question, options)
-    events = recording.answering(svc, who, "ask", collection, question,
+    events = recording.answering(svc.audit, who, "ask", collection, question,
                                  observe_events(collection, experiments.marked(answer_events, options)))
     # The retrieval runs before the response starts, so that an empty collection is a 409 like the JSON answer.
     first = next(events)

@@ -159,7 +159,7 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
         except CiteragError as exc:
             raise ApiError(409, str(exc)) from None
         observe_answer(collection, answer)
-        recording.answered(svc, who, "chat", collection, question, answer)
+        recording.answered(svc.audit, who, "chat", collection, question, answer)
         answer.question = question
         content, extra = _completion_fields(collection.name, answer, base, query)
         return JSONResponse({**head, "object": "chat.completion",
@@ -167,7 +167,7 @@ def chat_completions(body: ChatRequest, request: Request, svc: ServiceDep,
                                           "finish_reason": "stop"}],
                              "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, **extra})
     answer_events = collection.ask_events(query, options, followup)
-    events = recording.answering(svc, who, "chat", collection, question,
+    events = recording.answering(svc.audit, who, "chat", collection, question,
                                  observe_events(collection, experiments.marked(answer_events, options)))
     try:
         first = next(events)  # retrieval runs before the response starts: an empty collection is still a 409

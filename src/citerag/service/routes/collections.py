@@ -51,7 +51,7 @@ def create_collection(request: CreateCollection, svc: ServiceDep,
         field = f"settings.{problems[0][0]}" if problems and problems[0][0] else "settings"
         raise ApiError(422, "; ".join(f"settings.{loc}: {msg}" if loc else msg for loc, msg in problems)
                        or "invalid settings", field) from None
-    recording.record(svc, who, "collection.create", created)
+    recording.record(svc.audit, who, "collection.create", created)
     return collection_json(created, who)
 
 
@@ -68,5 +68,5 @@ def delete_collection(collection: Administrable, svc: ServiceDep, who: Caller) -
     except CiteragError as exc:
         raise ApiError(409, str(exc)) from None
     svc.keys.revoke_collection(collection.name)
-    recording.record(svc, who, "collection.delete", collection.name)
+    recording.record(svc.audit, who, "collection.delete", collection.name)
     return Response(status_code=204)

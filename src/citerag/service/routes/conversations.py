@@ -55,13 +55,13 @@ def _ask(collection: Collection, who: Caller, request: AskRequest, conversation_
         asked = _found(lambda: conversations.ask(collection, question, owner=who.key,
                                                  conversation_id=conversation_id, options=options))
         observe_answer(collection, asked.answer)
-        recording.answered(svc, who, "conversation", collection, question, asked.answer,
+        recording.answered(svc.audit, who, "conversation", collection, question, asked.answer,
                            conversation=asked.conversation_id)
         return JSONResponse({"conversation_id": asked.conversation_id, "turn": asked.turn.n, "query": asked.turn.query,
                              **answer_json(collection.name, asked.answer)})
     answer_events = conversations.ask_events(collection, question, owner=who.key, conversation_id=conversation_id,
                                              options=options)
-    events = recording.answering(svc, who, "conversation", collection, question,
+    events = recording.answering(svc.audit, who, "conversation", collection, question,
                                  observe_events(collection, answer_events), conversation=conversation_id)
     # The history is read and the retrieval runs before the response starts: a conversation that is not the
     # caller's is a 404, an empty collection a 409, as for the JSON answer.

@@ -125,7 +125,7 @@ def upload(files: Annotated[list[UploadFile], File(description="One or more file
                                 f"PUT {document_url(collection.name, doc.id)}", "files")
         out.append({"id": doc.id, "name": doc.name, "status": doc.status, "existed": taken.existed,
                     "sha256": taken.sha256})
-    recording.record(svc, who, "document.upload", collection, documents=[d["id"] for d in out],
+    recording.record(svc.audit, who, "document.upload", collection, documents=[d["id"] for d in out],
                      groups=readers, tags=given)
     return {"documents": out}
 
@@ -162,7 +162,7 @@ async def events(request: Request, collection: Readable, svc: ServiceDep, who: C
 @router.get("/{document_id}")
 def get_document(document_id: DocumentId, collection: Readable, svc: ServiceDep, who: Caller) -> dict[str, Any]:
     doc = _document(collection, document_id, who)
-    recording.record(svc, who, "document.read", collection, documents=[doc.id], what="metadata")
+    recording.record(svc.audit, who, "document.read", collection, documents=[doc.id], what="metadata")
     return _json(svc, collection, doc)
 
 
@@ -176,7 +176,7 @@ def replace(document_id: DocumentId, file: Annotated[UploadFile, File(descriptio
     if PurePosixPath(name).suffix.lower() != PurePosixPath(doc.name).suffix.lower():
         raise ApiError(422, f"the new version must have the same format as {doc.name!r}", "file")
     sha = uploads.replace(collection, svc.jobs, doc, _read(file, collection.settings.max_file_mb))
-    recording.record(svc, who, "document.upload", collection, documents=[doc.id], replaced=True)
+    recording.record(svc.audit, who, "document.upload", collection, documents=[doc.id], replaced=True)
     return {**_json(svc, collection, doc), "submitted_sha256": sha}
 
 
@@ -186,7 +186,7 @@ def put_tags(document_id: DocumentId, request: TagsRequest, collection: Writable
     """Replace the document's tags; the next search after this returns sees them (a new generation)."""
     doc = _document(collection, document_id, who)
     changed = uploads.set_tags(collection, doc, _tags(request.tags, "tags"))
-    recording.record(svc, who, "document.tags", collection, documents=[doc.id], tags=changed.tags)
+    recording.record(svc.audit, who, "document.tags", collection, documents=[doc.id], tags=changed.tags)
     return _json(svc, collection, changed)
 
 
@@ -199,7 +199,7 @@ def put_groups(document_id: DocumentId, request: GroupsRequest, collection: Writ
     doc = _document(collection, document_id, who)
     before = doc.groups
     changed = uploads.set_groups(collection, doc, _groups(request.groups, "groups"))
-    recording.record(svc, who, "document.groups", collection, documents=[doc.id], groups=changed.groups,
+    recording.record(svc.audit, who, "document.groups", collection, documents=[doc.id], groups=changed.groups,
                      before=before)
     return _json(svc, collection, changed)
 
@@ -207,7 +207,7 @@ def put_groups(document_id: DocumentId, request: GroupsRequest, collection: Writ
 @router.delete("/{document_id}", status_code=204)
 def delete(document_id: DocumentId, collection: Writable, svc: ServiceDep, who: Caller) -> Response:
     uploads.delete(collection, svc.jobs, _document(collection, document_id, who))
-    recording.record(svc, who, "document.delete", collection, documents=[document_id])
+    recording.record(svc.audit, who, "document.delete", collection, documents=[document_id])
     return Response(status_code=204)
 
 
@@ -224,7 +224,7 @@ def retry(document_id: DocumentId, collection: Writable, svc: ServiceDep, who: C
 def original(document_id: DocumentId, collection: Readable, who: Caller, svc: ServiceDep) -> Response:
     """The original bytes of the served version: a PDF opens at #page=N, an HTML page at its #:~:text= quote."""
     doc = _document(collection, document_id, who)
-    recording.record(svc, who, "document.read", collection, documents=[doc.id], what="file")
+    recording.record(svc.audit, who, "document.read", collection, documents=[doc.id], what="file")
     data = collection.read_original(doc)
     if data is None:
         raise ApiError(410, f"the original of {doc.name!r} is no longer where it was indexed from")
@@ -248,7 +248,7 @@ def original(document_id: DocumentId, collection: Readable, who: Caller, svc: Se
 def text(document_id: DocumentId, collection: Readable, who: Caller, svc: ServiceDep) -> PlainTextResponse:
     """The canonical text every citation's #char=a,b range indexes into (code points)."""
     doc = _document(collection, document_id, who)
-    recording.record(svc, who, "document.read", collection, documents=[doc.id], what="text")
+    recording.record(svc.audit, who, "document.read", collection, documents=[doc.id], what="text")
     if doc.status != "indexed":
         raise ApiError(409, f"document {doc.id} is {doc.status}: it has no text yet")
     return PlainTextResponse(collection.canonical_text(doc.id))

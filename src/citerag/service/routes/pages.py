@@ -63,7 +63,7 @@ def login(body: SessionRequest, request: Request, svc: ServiceDep) -> Response:
     previous = request.cookies.get(COOKIE)
     if previous:  # signing in again replaces the browser's session: the old one ends, not just its cookie
         svc.keys.end_session(previous)
-    recording.record(svc, who, "session.start", via="key")
+    recording.record(svc.audit, who, "session.start", via="key")
     response = Response(status_code=204)
     response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
                         secure=request.url.scheme == "https")
@@ -79,7 +79,7 @@ def logout(request: Request, svc: ServiceDep) -> Response:
     who = authenticate(svc, presented)
     limit(svc, request, who)
     if token is not None and svc.keys.end_session(token) and who is not None:
-        recording.record(svc, who, "session.end")
+        recording.record(svc.audit, who, "session.end")
     response = Response(status_code=204)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import hmac
 import html
-import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from citerag.app.models import checked_groups
 from citerag.audit.base import event
-from citerag.errors import CiteragError
 from citerag.service.auth import COOKIE, ServiceDep, limit
 from citerag.service.errors import ApiError
-from citerag.service.oidc import Identity, OidcClient, OidcError
+from citerag.service.oidc import Identity, OidcClient, OidcError, usable_groups
 from citerag.service.state import Service
 
-log = logging.getLogger("citerag.service")
 router = APIRouter(prefix="/v1/oidc", tags=["service"])
 # The sign-in's state, also in a cookie of the browser that began it: a callback is taken only from that browser, so
 # another site cannot sign a victim's browser in as the attacker with a callback URL the attacker got (login CSRF).
@@ -67,7 +63,7 @@ def callback(request: Request, svc: ServiceDep, state: Annotated[str, Query(max_
     except OidcError as exc:
         raise ApiError(400, str(exc)) from None
     token = _session(svc, identity)
-    svc.audit.record(event(f"user:{identity.name}", "session.start", groups=_groups(identity), via="oidc"))
+    svc.audit.record(event(f"user:{identity.name}", "session.start", groups=usable_groups(identity), via="oidc"))
     response = HTMLResponse(f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/">'
                             f'<title>Signed in</title><p>Signed in as {html.escape(identity.name)}. '
                             '<a href="/">Continue</a></p>')
@@ -80,21 +76,10 @@ def callback(request: Request, svc: ServiceDep, state: Annotated[str, Query(max_
     return response
 
 
-def _groups(identity: Identity) -> list[str]:
-    """The claim's groups that are group names here; others (spaces, over 128 characters) are left out."""
-    usable = []
-    for group in identity.groups:
-        try:
-            usable.extend(checked_groups([group]))
-        except CiteragError:
-            log.warning("a group of %s's claim is not a group name here and was left out", identity.name)
-    return usable
-
-
 def _session(svc: Service, identity: Identity) -> str:
     """The user made or updated with the provider's groups (the provider decides them, at every sign-in), and a new
     session for it."""
-    svc.keys.put_user(identity.name, _groups(identity), origin="oidc")
+    svc.keys.put_user(identity.name, usable_groups(identity), origin="oidc")
     token = svc.keys.start_user_session(identity.name, svc.config.session_ttl_s)
     if token is None:  # removed between the two calls
         raise ApiError(409, "the user was removed during its sign-in: sign in again")
